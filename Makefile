@@ -1,0 +1,49 @@
+# raft_queue: `make run` starts a local 3-node cluster, `make test` runs the suite.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DATA ?= .raftq/dev
+NODES ?= 3
+BASE_PORT ?= 7100
+PYTEST_ARGS ?=
+
+.PHONY: setup run test unit integration lint proto proto-check bench chaos clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	$(BIN)/raftq dev up --nodes $(NODES) --data-dir $(DATA) --base-port $(BASE_PORT)
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+unit: setup
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+integration: setup
+	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy raft_queue
+
+proto: setup
+	$(BIN)/python -m grpc_tools.protoc -Iraft_queue/_proto=proto --python_out=. \
+	  --grpc_python_out=. --pyi_out=. proto/raft_queue/v1/*.proto
+
+bench: setup
+	$(BIN)/raftq bench --runs 3
+
+chaos: setup
+	$(BIN)/python -m chaos.campaign --duration $${DURATION:-180} $${SEED:+--seed $$SEED}
+
+clean:
+	rm -rf .raftq .pytest_cache .hypothesis

@@ -1,0 +1,109 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class NodeInfo(_message.Message):
+    __slots__ = ("id", "address", "state", "controller", "metadata_leader", "rack", "last_heartbeat_age_ms")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_FIELD_NUMBER: _ClassVar[int]
+    METADATA_LEADER_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    address: str
+    state: str
+    controller: bool
+    metadata_leader: bool
+    rack: str
+    last_heartbeat_age_ms: int
+    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[str] = ..., controller: _Optional[bool] = ..., metadata_leader: _Optional[bool] = ..., rack: _Optional[str] = ..., last_heartbeat_age_ms: _Optional[int] = ...) -> None: ...
+
+class ReplicaStatus(_message.Message):
+    __slots__ = ("queue", "partition", "node", "role", "leader", "term", "commit_index", "last_applied", "log_len", "next_offset", "digest", "has_quorum")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LAST_APPLIED_FIELD_NUMBER: _ClassVar[int]
+    LOG_LEN_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    HAS_QUORUM_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    partition: int
+    node: str
+    role: str
+    leader: str
+    term: int
+    commit_index: int
+    last_applied: int
+    log_len: int
+    next_offset: int
+    digest: str
+    has_quorum: bool
+    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., node: _Optional[str] = ..., role: _Optional[str] = ..., leader: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., last_applied: _Optional[int] = ..., log_len: _Optional[int] = ..., next_offset: _Optional[int] = ..., digest: _Optional[str] = ..., has_quorum: _Optional[bool] = ...) -> None: ...
+
+class ClusterStatusRequest(_message.Message):
+    __slots__ = ("include_digests",)
+    INCLUDE_DIGESTS_FIELD_NUMBER: _ClassVar[int]
+    include_digests: bool
+    def __init__(self, include_digests: _Optional[bool] = ...) -> None: ...
+
+class ClusterStatusResponse(_message.Message):
+    __slots__ = ("nodes", "metadata_leader", "metadata_version", "replicas", "unreachable")
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    METADATA_LEADER_FIELD_NUMBER: _ClassVar[int]
+    METADATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    UNREACHABLE_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeInfo]
+    metadata_leader: str
+    metadata_version: int
+    replicas: _containers.RepeatedCompositeFieldContainer[ReplicaStatus]
+    unreachable: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ..., metadata_leader: _Optional[str] = ..., metadata_version: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., unreachable: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class NodeStatusRequest(_message.Message):
+    __slots__ = ("include_digests",)
+    INCLUDE_DIGESTS_FIELD_NUMBER: _ClassVar[int]
+    include_digests: bool
+    def __init__(self, include_digests: _Optional[bool] = ...) -> None: ...
+
+class NodeStatusResponse(_message.Message):
+    __slots__ = ("node", "replicas", "metadata_version")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    replicas: _containers.RepeatedCompositeFieldContainer[ReplicaStatus]
+    metadata_version: int
+    def __init__(self, node: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., metadata_version: _Optional[int] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("node", "address", "raft_host", "rack", "metadata_version")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    RAFT_HOST_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    METADATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    address: str
+    raft_host: str
+    rack: str
+    metadata_version: int
+    def __init__(self, node: _Optional[str] = ..., address: _Optional[str] = ..., raft_host: _Optional[str] = ..., rack: _Optional[str] = ..., metadata_version: _Optional[int] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("metadata_version",)
+    METADATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    metadata_version: int
+    def __init__(self, metadata_version: _Optional[int] = ...) -> None: ...

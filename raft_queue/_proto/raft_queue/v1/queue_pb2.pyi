@@ -1,0 +1,354 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Durability(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DURABILITY_UNSPECIFIED: _ClassVar[Durability]
+    DURABILITY_FSYNC: _ClassVar[Durability]
+    DURABILITY_QUORUM: _ClassVar[Durability]
+    DURABILITY_LEADER: _ClassVar[Durability]
+
+class Ordering(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ORDERING_UNSPECIFIED: _ClassVar[Ordering]
+    ORDERING_NONE: _ClassVar[Ordering]
+    ORDERING_FIFO: _ClassVar[Ordering]
+DURABILITY_UNSPECIFIED: Durability
+DURABILITY_FSYNC: Durability
+DURABILITY_QUORUM: Durability
+DURABILITY_LEADER: Durability
+ORDERING_UNSPECIFIED: Ordering
+ORDERING_NONE: Ordering
+ORDERING_FIFO: Ordering
+
+class QueueConfig(_message.Message):
+    __slots__ = ("partitions", "replication_factor", "durability", "ordering", "visibility_timeout_ms", "max_receives", "dead_letter_queue", "retention_ms", "retention_bytes", "max_message_bytes", "dedup_window_ms", "delay_ms")
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    DURABILITY_FIELD_NUMBER: _ClassVar[int]
+    ORDERING_FIELD_NUMBER: _ClassVar[int]
+    VISIBILITY_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_RECEIVES_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_QUEUE_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    partitions: int
+    replication_factor: int
+    durability: Durability
+    ordering: Ordering
+    visibility_timeout_ms: int
+    max_receives: int
+    dead_letter_queue: str
+    retention_ms: int
+    retention_bytes: int
+    max_message_bytes: int
+    dedup_window_ms: int
+    delay_ms: int
+    def __init__(self, partitions: _Optional[int] = ..., replication_factor: _Optional[int] = ..., durability: _Optional[_Union[Durability, str]] = ..., ordering: _Optional[_Union[Ordering, str]] = ..., visibility_timeout_ms: _Optional[int] = ..., max_receives: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ...) -> None: ...
+
+class QueueInfo(_message.Message):
+    __slots__ = ("name", "config", "created_ms", "messages", "in_flight")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    config: QueueConfig
+    created_ms: int
+    messages: int
+    in_flight: int
+    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[QueueConfig, _Mapping]] = ..., created_ms: _Optional[int] = ..., messages: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...
+
+class Message(_message.Message):
+    __slots__ = ("queue", "partition", "offset", "body", "key", "headers", "timestamp_ms", "receipt", "receive_count", "dedup_id")
+    class HeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    RECEIVE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_ID_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    partition: int
+    offset: int
+    body: bytes
+    key: str
+    headers: _containers.ScalarMap[str, bytes]
+    timestamp_ms: int
+    receipt: str
+    receive_count: int
+    dedup_id: str
+    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., body: _Optional[bytes] = ..., key: _Optional[str] = ..., headers: _Optional[_Mapping[str, bytes]] = ..., timestamp_ms: _Optional[int] = ..., receipt: _Optional[str] = ..., receive_count: _Optional[int] = ..., dedup_id: _Optional[str] = ...) -> None: ...
+
+class SendEntry(_message.Message):
+    __slots__ = ("body", "key", "headers", "dedup_id", "delay_ms", "partition")
+    class HeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_ID_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    body: bytes
+    key: str
+    headers: _containers.ScalarMap[str, bytes]
+    dedup_id: str
+    delay_ms: int
+    partition: int
+    def __init__(self, body: _Optional[bytes] = ..., key: _Optional[str] = ..., headers: _Optional[_Mapping[str, bytes]] = ..., dedup_id: _Optional[str] = ..., delay_ms: _Optional[int] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class SendResult(_message.Message):
+    __slots__ = ("partition", "offset", "duplicate", "durability")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    DURABILITY_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    offset: int
+    duplicate: bool
+    durability: Durability
+    def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ..., duplicate: _Optional[bool] = ..., durability: _Optional[_Union[Durability, str]] = ...) -> None: ...
+
+class CreateQueueRequest(_message.Message):
+    __slots__ = ("name", "config")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    config: QueueConfig
+    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[QueueConfig, _Mapping]] = ...) -> None: ...
+
+class GetQueueRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListQueuesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListQueuesResponse(_message.Message):
+    __slots__ = ("queues",)
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueInfo]
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueInfo, _Mapping]]] = ...) -> None: ...
+
+class DeleteQueueRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteQueueResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SendRequest(_message.Message):
+    __slots__ = ("queue", "entries")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    entries: _containers.RepeatedCompositeFieldContainer[SendEntry]
+    def __init__(self, queue: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[SendEntry, _Mapping]]] = ...) -> None: ...
+
+class SendResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[SendResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ...) -> None: ...
+
+class ReceiveRequest(_message.Message):
+    __slots__ = ("queue", "max_messages", "visibility_ms", "wait_ms", "consumer")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    VISIBILITY_MS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    max_messages: int
+    visibility_ms: int
+    wait_ms: int
+    consumer: str
+    def __init__(self, queue: _Optional[str] = ..., max_messages: _Optional[int] = ..., visibility_ms: _Optional[int] = ..., wait_ms: _Optional[int] = ..., consumer: _Optional[str] = ...) -> None: ...
+
+class ReceiveResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
+
+class ReceiptResult(_message.Message):
+    __slots__ = ("receipt", "ok", "error")
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    receipt: str
+    ok: bool
+    error: str
+    def __init__(self, receipt: _Optional[str] = ..., ok: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
+
+class AckRequest(_message.Message):
+    __slots__ = ("queue", "receipts")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    RECEIPTS_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    receipts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, queue: _Optional[str] = ..., receipts: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class NackRequest(_message.Message):
+    __slots__ = ("queue", "receipts", "delay_ms")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    RECEIPTS_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    receipts: _containers.RepeatedScalarFieldContainer[str]
+    delay_ms: int
+    def __init__(self, queue: _Optional[str] = ..., receipts: _Optional[_Iterable[str]] = ..., delay_ms: _Optional[int] = ...) -> None: ...
+
+class ChangeVisibilityRequest(_message.Message):
+    __slots__ = ("queue", "receipts", "visibility_ms")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    RECEIPTS_FIELD_NUMBER: _ClassVar[int]
+    VISIBILITY_MS_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    receipts: _containers.RepeatedScalarFieldContainer[str]
+    visibility_ms: int
+    def __init__(self, queue: _Optional[str] = ..., receipts: _Optional[_Iterable[str]] = ..., visibility_ms: _Optional[int] = ...) -> None: ...
+
+class ReceiptsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ReceiptResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[ReceiptResult, _Mapping]]] = ...) -> None: ...
+
+class ReadRequest(_message.Message):
+    __slots__ = ("queue", "partition", "offset", "max_messages", "wait_ms")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    partition: int
+    offset: int
+    max_messages: int
+    wait_ms: int
+    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class ReadResponse(_message.Message):
+    __slots__ = ("messages", "next_offset", "earliest_offset", "latest_offset")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EARLIEST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LATEST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    next_offset: int
+    earliest_offset: int
+    latest_offset: int
+    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., next_offset: _Optional[int] = ..., earliest_offset: _Optional[int] = ..., latest_offset: _Optional[int] = ...) -> None: ...
+
+class GetPartitionsRequest(_message.Message):
+    __slots__ = ("queue",)
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    def __init__(self, queue: _Optional[str] = ...) -> None: ...
+
+class PartitionInfo(_message.Message):
+    __slots__ = ("partition", "earliest_offset", "latest_offset", "leader", "leader_address", "replicas", "epoch", "commit_index", "messages", "in_flight")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    EARLIEST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LATEST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    earliest_offset: int
+    latest_offset: int
+    leader: str
+    leader_address: str
+    replicas: _containers.RepeatedScalarFieldContainer[str]
+    epoch: int
+    commit_index: int
+    messages: int
+    in_flight: int
+    def __init__(self, partition: _Optional[int] = ..., earliest_offset: _Optional[int] = ..., latest_offset: _Optional[int] = ..., leader: _Optional[str] = ..., leader_address: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., epoch: _Optional[int] = ..., commit_index: _Optional[int] = ..., messages: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...
+
+class GetPartitionsResponse(_message.Message):
+    __slots__ = ("partitions",)
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionInfo]
+    def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ...) -> None: ...
+
+class CommitOffsetsRequest(_message.Message):
+    __slots__ = ("queue", "group", "offsets", "reset")
+    class OffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    RESET_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    group: str
+    offsets: _containers.ScalarMap[int, int]
+    reset: bool
+    def __init__(self, queue: _Optional[str] = ..., group: _Optional[str] = ..., offsets: _Optional[_Mapping[int, int]] = ..., reset: _Optional[bool] = ...) -> None: ...
+
+class CommitOffsetsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetOffsetsRequest(_message.Message):
+    __slots__ = ("queue", "group")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    group: str
+    def __init__(self, queue: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
+
+class GetOffsetsResponse(_message.Message):
+    __slots__ = ("offsets",)
+    class OffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.ScalarMap[int, int]
+    def __init__(self, offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...

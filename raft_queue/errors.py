@@ -1,0 +1,90 @@
+"""The one QueueError tree.
+
+Every error the system raises on purpose is a QueueError subclass. Each class
+says when it is raised and whether a client may retry it. Only
+``server/status.py`` maps these to gRPC status codes; the client holds the
+reverse map (``client/errors.py``). Library errors are translated where they
+enter (``raise ... from exc``).
+"""
+
+from __future__ import annotations
+
+
+class QueueError(Exception):
+    """Base of every deliberate error. ``retryable``: a retry may succeed."""
+
+    retryable: bool = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidArgument(QueueError):
+    """Bad input. ``field`` names the offending field; nothing was written."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class ConfigError(InvalidArgument):
+    """A configuration file or value is invalid (raised at load time)."""
+
+
+class NotFound(QueueError):
+    """The named queue, partition, node or message does not exist."""
+
+
+class AlreadyExists(QueueError):
+    """Create of something that already exists with a different definition."""
+
+
+class FailedPrecondition(QueueError):
+    """The request is valid but the state does not allow it (stale receipt, ...)."""
+
+
+class NotLeader(QueueError):
+    """This replica is not the leader. ``leader`` is the leader's gRPC address if known.
+
+    Retryable: the client re-routes to ``leader`` (or rediscovers).
+    """
+
+    retryable = True
+
+    def __init__(self, message: str, leader: str = "") -> None:
+        super().__init__(message)
+        self.leader = leader
+
+
+class Unavailable(QueueError):
+    """No quorum, no leader yet, or a node is unreachable. Retryable."""
+
+    retryable = True
+
+
+class OutcomeUnknown(QueueError):
+    """The command may or may not have been applied (timed out after it was sent).
+
+    Retryable only for idempotent requests (sends carry dedup ids, so they are).
+    """
+
+    retryable = True
+
+
+class OutOfRange(QueueError):
+    """Read below the earliest retained offset (as Kafka's OffsetOutOfRange)."""
+
+
+class ResourceExhausted(QueueError):
+    """A limit was hit (rate, queue full, message too large in aggregate)."""
+
+    retryable = True
+
+
+class Internal(QueueError):
+    """A bug or an unexpected library failure; logged with its traceback."""
+
+
+class VersionMismatch(QueueError):
+    """A dependency is not the exact version our fixes depend on."""
