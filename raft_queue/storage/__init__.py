@@ -6,6 +6,7 @@ partition replica) pass the same contract suite
 """
 
 from raft_queue.storage.base import LogStore
+from raft_queue.storage.lmdb_store import LmdbStore
 from raft_queue.storage.memory_store import MemoryStore
 
-__all__ = ["LogStore", "MemoryStore"]
+__all__ = ["LmdbStore", "LogStore", "MemoryStore"]

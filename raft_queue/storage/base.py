@@ -15,12 +15,14 @@ transactions concurrently. At most one write transaction is open at a time.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Protocol, TypeVar
 
 from raft_queue.core.kv import KVTxn
 
 StrPath = str | os.PathLike[str]
+T = TypeVar("T")
 
 
 class LogStore(Protocol):
@@ -29,7 +31,17 @@ class LogStore(Protocol):
     def begin(self, write: bool = False) -> AbstractContextManager[KVTxn]:
         """Open a transaction. Commit on clean exit of the ``with`` block; on an
         exception nothing the block wrote is kept. A read transaction sees one
-        consistent state; writing in it raises ``errors.Internal``.
+        consistent state; writing in it raises ``errors.Internal``. Keys are 1
+        to 511 bytes (LMDB's limit; Internal otherwise). A write txn that
+        fills the store raises ResourceExhausted (retryable: see run_write).
+        """
+        ...
+
+    def run_write(self, fn: Callable[[KVTxn], T]) -> T:
+        """Run ``fn`` in a write transaction, commit, return its result. If the
+        store ran out of space and could grow (LMDB's map), ``fn`` is run again
+        from scratch, so it must act only through the txn. The Raft apply
+        path uses this rather than ``begin(write=True)``.
         """
         ...
 

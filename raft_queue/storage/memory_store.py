@@ -13,14 +13,17 @@ from __future__ import annotations
 import bisect
 import struct
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 from raft_queue import errors
 from raft_queue.core.kv import KVTxn
 from raft_queue.storage.base import StrPath
 
+T = TypeVar("T")
+
+MAX_KEY_BYTES = 511  # LMDB's limit; enforced here too so both stores agree
 _MAGIC = b"RQMEMv1\n"
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
@@ -73,14 +76,14 @@ class _MemoryTxn:
         return tab
 
     def get(self, table: str, key: bytes) -> bytes | None:
-        return self._table(table).data.get(bytes(key))
+        return self._table(table).data.get(_checked(key))
 
     def put(self, table: str, key: bytes, value: bytes) -> None:
-        key = bytes(key)
+        key = _checked(key)
         self.undo.append((table, key, self._writable(table).put(key, bytes(value))))
 
     def delete(self, table: str, key: bytes) -> bool:
-        key = bytes(key)
+        key = _checked(key)
         old = self._writable(table).delete(key)
         if old is None:
             return False
@@ -153,6 +156,11 @@ class MemoryStore:
                 if write:
                     self._writer = None
 
+    def run_write(self, fn: Callable[[KVTxn], T]) -> T:
+        """Run ``fn`` in a write transaction and commit (see LogStore.run_write)."""
+        with self.begin(write=True) as txn:
+            return fn(txn)
+
     def last_applied(self) -> int:
         with self._lock:
             return self._last_applied
@@ -203,6 +211,13 @@ class MemoryStore:
     def _check_open(self) -> None:
         if self._closed:
             raise errors.Internal("store is closed")
+
+
+def _checked(key: bytes) -> bytes:
+    """Keys are 1..MAX_KEY_BYTES bytes in both stores (Internal otherwise)."""
+    if not 0 < len(key) <= MAX_KEY_BYTES:
+        raise errors.Internal(f"key length {len(key)} outside 1..{MAX_KEY_BYTES}")
+    return bytes(key)
 
 
 def _blob(data: bytes) -> bytes:

@@ -1,0 +1,465 @@
+"""LmdbStore: the LogStore on LMDB, one environment per partition replica.
+
+The only importer of ``lmdb``. One named DB per table plus ``_meta``, which
+holds ``last_applied`` (8-byte big-endian) written in the same transaction as
+the data. The environment is opened with ``sync=False, metasync=False``: a
+commit reaches the OS page cache, not the disk; durability comes from the
+synced Raft journal (an entry lost from LMDB in a crash is replayed because
+``last_applied`` is lost with it). ``sync()`` forces the data to disk before a
+snapshot and on close.
+
+Threads: one writer (the Raft apply thread) and many readers (gRPC handlers)
+run concurrently, as LMDB's MVCC allows. Growing the map (``set_mapsize``)
+and swapping in a snapshot need every transaction of this process closed, so
+all transactions pass a gate: shared for transactions, exclusive for those
+two. Keep read transactions short, or a growth waits for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import struct
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, BinaryIO, TypeVar
+
+import lmdb
+
+from raft_queue import errors
+from raft_queue.core.kv import KVTxn
+from raft_queue.storage.base import StrPath
+
+T = TypeVar("T")
+
+META_TABLE = "_meta"
+_LAST_APPLIED = b"last_applied"
+_U64 = struct.Struct(">Q")
+_GROW_ATTEMPTS = 8
+_DEFAULT_MAX_MAP_BYTES = 1 << 40
+_COMPLETE = "RESTORE_COMPLETE"
+
+
+class _MapFull(errors.ResourceExhausted):
+    """The map is full; the store grew it and the transaction must be re-run."""
+
+
+def _translate(exc: lmdb.Error) -> errors.QueueError:
+    """Map an lmdb exception to our tree: capacity problems are retryable."""
+    if isinstance(exc, lmdb.MapFullError):
+        return _MapFull(f"LMDB map full: {exc}")
+    if isinstance(exc, lmdb.ReadersFullError | lmdb.DiskError):
+        return errors.ResourceExhausted(f"LMDB: {exc}")
+    return errors.Internal(f"LMDB: {type(exc).__name__}: {exc}")
+
+
+class _LmdbErrors:
+    """``with _LMDB_ERRORS:`` translates lmdb exceptions raised in the block
+    (a class, not @contextmanager: it wraps every get and put).
+    """
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, lmdb.Error):
+            raise _translate(exc) from exc
+
+
+_LMDB_ERRORS = _LmdbErrors()
+
+
+class _Gate:
+    """Shared/exclusive gate over this process's LMDB transactions.
+
+    Shared entries by a thread already inside are always admitted (a nested
+    read must not wait for a pending exclusive that waits for it); asking for
+    exclusive while inside is a bug reported as Internal, not a deadlock.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._active = 0
+        self._exclusive = False
+        self._local = threading.local()
+
+    def _depth(self) -> int:
+        return int(getattr(self._local, "depth", 0))
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._exclusive and self._depth() == 0:
+                self._cond.wait()
+            self._active += 1
+        self._local.depth = self._depth() + 1
+        try:
+            yield
+        finally:
+            self._local.depth = self._depth() - 1
+            with self._cond:
+                self._active -= 1
+                if self._active == 0:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        if self._depth():
+            raise errors.Internal("store maintenance requested inside an open transaction")
+        with self._cond:
+            while self._exclusive:
+                self._cond.wait()
+            self._exclusive = True
+            while self._active:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
+class _LmdbTxn:
+    """KVTxn over one lmdb.Transaction; valid only inside its ``with`` block."""
+
+    def __init__(self, txn: Any, dbs: dict[str, Any], meta_db: Any, write: bool) -> None:
+        self.txn = txn
+        self._dbs = dbs
+        self.meta_db = meta_db
+        self.write = write
+        self.open = True
+
+    def _db(self, table: str) -> Any:
+        if not self.open:
+            raise errors.Internal("transaction used after it ended")
+        return self._dbs[table]  # KeyError for an unknown table
+
+    def _writable(self, table: str) -> Any:
+        db = self._db(table)
+        if not self.write:
+            raise errors.Internal("write in a read-only transaction")
+        return db
+
+    def get(self, table: str, key: bytes) -> bytes | None:
+        with _LMDB_ERRORS:
+            value: bytes | None = self.txn.get(key, db=self._db(table))
+        return value
+
+    def put(self, table: str, key: bytes, value: bytes) -> None:
+        db = self._writable(table)
+        with _LMDB_ERRORS:
+            self.txn.put(key, value, db=db)
+
+    def delete(self, table: str, key: bytes) -> bool:
+        db = self._writable(table)
+        with _LMDB_ERRORS:
+            return bool(self.txn.delete(key, db=db))
+
+    def scan(
+        self,
+        table: str,
+        start: bytes = b"",
+        stop: bytes | None = None,
+        reverse: bool = False,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        cursor = self.txn.cursor(db=self._db(table))
+        return (
+            self._backward(cursor, start, stop) if reverse else self._forward(cursor, start, stop)
+        )
+
+    @staticmethod
+    def _forward(cursor: Any, start: bytes, stop: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        with _LMDB_ERRORS:
+            found = cursor.set_range(start) if start else cursor.first()
+            while found:
+                key: bytes = cursor.key()
+                if stop is not None and key >= stop:
+                    return
+                yield key, cursor.value()
+                found = cursor.next()
+
+    @staticmethod
+    def _backward(cursor: Any, start: bytes, stop: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        with _LMDB_ERRORS:
+            if stop == b"":
+                return
+            # Start at the last key below stop: before the first key >= stop,
+            # or the table's last key when every key is below stop.
+            at_or_above = stop is not None and cursor.set_range(stop)
+            found = cursor.prev() if at_or_above else cursor.last()
+            while found:
+                key: bytes = cursor.key()
+                if key < start:
+                    return
+                yield key, cursor.value()
+                found = cursor.prev()
+
+    def count(self, table: str) -> int:
+        with _LMDB_ERRORS:
+            return int(self.txn.stat(self._db(table))["entries"])
+
+
+class LmdbStore:
+    """LogStore on one LMDB environment in directory ``path``.
+
+    ``map_size`` is the initial map (virtual address space, not disk); it
+    doubles when full, up to ``max_map_size``. ``max_readers`` bounds
+    concurrent read transactions (size it above the gRPC thread pool).
+    """
+
+    def __init__(
+        self,
+        path: StrPath,
+        tables: Iterable[str],
+        map_size: int = 1 << 30,
+        max_map_size: int = _DEFAULT_MAX_MAP_BYTES,
+        max_readers: int = 256,
+    ) -> None:
+        self._path = Path(path)
+        self._names = tuple(dict.fromkeys(tables))
+        if META_TABLE in self._names:
+            raise errors.Internal(f"table name {META_TABLE!r} is reserved")
+        self._map_size = map_size
+        self._max_map_size = max(max_map_size, map_size)
+        self._max_readers = max_readers
+        self._gate = _Gate()
+        self._local = threading.local()  # .writing: this thread has a write txn open
+        self._closed = False
+        _recover_swap(self._path)
+        self._open()
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    def _open(self) -> None:
+        self._path.mkdir(parents=True, exist_ok=True)
+        with _LMDB_ERRORS:
+            self._env = lmdb.open(
+                str(self._path),
+                map_size=self._map_size,
+                max_dbs=len(self._names) + 1,
+                max_readers=self._max_readers,
+                sync=False,
+                metasync=False,
+                lock=True,
+            )
+            dbs = {name: self._env.open_db(name.encode()) for name in self._names}
+            self._meta_db = self._env.open_db(META_TABLE.encode())
+            self._map_size = int(self._env.info()["map_size"])
+        self._dbs = dbs
+
+    @contextmanager
+    def begin(self, write: bool = False) -> Iterator[KVTxn]:
+        """See LogStore.begin. If the map fills up, it is doubled and
+        ResourceExhausted raised: re-run the transaction (``run_write`` does).
+        """
+        if write:
+            self._claim_writer()
+        try:
+            if write:
+                self._ensure_headroom()
+            with self._gate.shared(), self._transaction(write) as txn:
+                yield txn
+        except _MapFull:
+            self._grow()
+            raise
+        finally:
+            if write:
+                self._local.writing = False
+
+    def run_write(self, fn: Callable[[KVTxn], T]) -> T:
+        """Run ``fn`` in a write transaction and commit; if the map fills up,
+        grow it and run ``fn`` again from scratch (so ``fn`` must only act
+        through the txn). The Raft apply path uses this.
+        """
+        for _ in range(_GROW_ATTEMPTS):
+            try:
+                with self.begin(write=True) as txn:
+                    return fn(txn)
+            except _MapFull:
+                continue
+        raise errors.ResourceExhausted(f"LMDB map still full at {self._map_size} bytes")
+
+    def _claim_writer(self) -> None:
+        """A second write txn in one thread would deadlock on LMDB's writer
+        lock; another thread's writer simply waits on that lock.
+        """
+        if getattr(self._local, "writing", False):
+            raise errors.Internal("a write transaction is already open in this thread")
+        self._local.writing = True
+
+    @contextmanager
+    def _transaction(self, write: bool) -> Iterator[_LmdbTxn]:
+        self._check_open()
+        with _LMDB_ERRORS:
+            raw = self._env.begin(write=write, buffers=False)
+        txn = _LmdbTxn(raw, self._dbs, self._meta_db, write)
+        try:
+            yield txn
+        except BaseException:
+            raw.abort()
+            raise
+        else:
+            try:
+                raw.commit()
+            except lmdb.Error as exc:
+                raw.abort()
+                raise _translate(exc) from exc
+        finally:
+            txn.open = False
+
+    def _ensure_headroom(self) -> None:
+        """Grow before a write when over half the map is used, so the common
+        case never hits MapFull mid-transaction.
+        """
+        with _LMDB_ERRORS:
+            used = (int(self._env.info()["last_pgno"]) + 1) * int(self._env.stat()["psize"])
+        if used * 2 > self._map_size:
+            self._grow()
+
+    def _grow(self) -> None:
+        with self._gate.exclusive():
+            new_size = self._map_size * 2
+            if new_size > self._max_map_size:
+                raise errors.ResourceExhausted(
+                    f"LMDB map would exceed max_map_size={self._max_map_size}"
+                )
+            try:
+                self._env.set_mapsize(new_size)
+            except lmdb.Error as exc:
+                raise errors.ResourceExhausted(f"LMDB set_mapsize({new_size}): {exc}") from exc
+            self._map_size = new_size
+
+    def last_applied(self) -> int:
+        with self._gate.shared(), self._transaction(write=False) as txn, _LMDB_ERRORS:
+            raw = txn.txn.get(_LAST_APPLIED, db=txn.meta_db)
+        return 0 if raw is None else int(_U64.unpack(raw)[0])
+
+    def set_last_applied(self, txn: KVTxn, index: int) -> None:
+        """Write ``index`` into ``_meta`` inside this store's write txn."""
+        if (
+            not isinstance(txn, _LmdbTxn)
+            or not txn.write
+            or not txn.open
+            or txn.meta_db is not self._meta_db
+        ):
+            raise errors.Internal("set_last_applied needs this store's open write transaction")
+        if index < 0:
+            raise errors.Internal(f"negative last_applied {index}")
+        with _LMDB_ERRORS:
+            txn.txn.put(_LAST_APPLIED, _U64.pack(index), db=txn.meta_db)
+
+    def sync(self) -> None:
+        self._check_open()
+        with _LMDB_ERRORS:
+            self._env.sync(True)
+
+    def snapshot_to(self, fileobj: BinaryIO) -> None:
+        """Append a compacted, consistent image at ``fileobj``'s position
+        (written through its descriptor; buffered data is flushed first).
+        """
+        self._check_open()
+        fileobj.flush()
+        with self._gate.shared(), _LMDB_ERRORS:
+            self._env.copyfd(fileobj.fileno(), compact=True)
+
+    def restore_from(self, path: StrPath) -> None:
+        """Stage the image in ``<path>.restore``, check it, fsync, then swap
+        directories and reopen. A crash mid-swap is repaired at next open.
+        """
+        self._check_open()
+        staging = _sibling(self._path, ".restore")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        with open(path, "rb") as src, open(staging / "data.mdb", "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+            dst.flush()
+            os.fsync(dst.fileno())
+        try:
+            _check_image(staging, self._names)
+        except errors.QueueError:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        (staging / _COMPLETE).touch()
+        _fsync_dir(staging)
+        with self._gate.exclusive():
+            self._env.close()
+            _swap_in(self._path, staging)
+            self._open()
+
+    def close(self) -> None:
+        """Sync and close; idempotent."""
+        if self._closed:
+            return
+        with self._gate.exclusive():
+            try:
+                with _LMDB_ERRORS:
+                    self._env.sync(True)
+            finally:
+                self._env.close()
+                self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise errors.Internal("store is closed")
+
+
+def _sibling(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _check_image(directory: Path, tables: tuple[str, ...]) -> None:
+    """Open a staged image read-only; every table must exist (Internal if not)."""
+    try:
+        env = lmdb.open(str(directory), readonly=True, lock=False, max_dbs=len(tables) + 1)
+    except lmdb.Error as exc:
+        raise errors.Internal(f"snapshot image is not an LMDB environment: {exc}") from exc
+    try:
+        with env.begin() as txn:
+            for name in (*tables, META_TABLE):
+                env.open_db(name.encode(), txn=txn, create=False)
+    except lmdb.Error as exc:
+        raise errors.Internal(f"snapshot image lacks a table: {exc}") from exc
+    finally:
+        env.close()
+    with contextlib.suppress(FileNotFoundError):
+        (directory / "lock.mdb").unlink()
+
+
+def _swap_in(path: Path, staging: Path) -> None:
+    """Replace directory ``path`` by ``staging`` (two renames, then cleanup)."""
+    old = _sibling(path, ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    path.rename(old)
+    staging.rename(path)
+    _fsync_dir(path.parent)
+    (path / _COMPLETE).unlink()
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _recover_swap(path: Path) -> None:
+    """Finish or roll back a restore interrupted by a crash."""
+    staging, old = _sibling(path, ".restore"), _sibling(path, ".old")
+    if not path.exists():
+        if (staging / _COMPLETE).exists():
+            staging.rename(path)
+            (path / _COMPLETE).unlink()
+        elif old.exists():
+            old.rename(path)
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
