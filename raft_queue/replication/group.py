@@ -1,0 +1,202 @@
+"""A replicated state machine on a SafeSyncObj, with group commit and bounded waits.
+
+``submit(cmd)`` (any thread) queues a command; on the driver thread, before
+each tick, every queued command of the group is encoded into ONE Raft entry
+(a batch), so concurrent requests share one journal write, one msync and one
+round trip. Every waiter gets a result, an error, or OutcomeUnknown when its
+deadline passes (hazard 4: no wait without a bound).
+
+Subclasses provide the state machine: ``encode_batch``, ``apply_bytes``,
+``split_results``, and the snapshot hooks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from pysyncobj import replicated
+from pysyncobj.syncobj import FAIL_REASON
+
+from raft_queue import errors
+from raft_queue.replication.host import RaftHost
+from raft_queue.replication.raft import ProxiedNode, SafeSyncObj, fail_reason_error
+
+log = logging.getLogger(__name__)
+
+# One Raft entry carries at most this many submitted commands.
+MAX_COMMANDS_PER_ENTRY = 512
+
+
+class ReplicatedGroup(SafeSyncObj):  # type: ignore[misc]
+    def __init__(
+        self,
+        key: str,
+        host: RaftHost,
+        self_address: str,
+        peers: Sequence[str],
+        conf: Any,
+        dial: Callable[[str], str | None] = lambda a: None,
+        fsync: bool = True,
+        lease_quorum_s: float = 1.0,
+    ) -> None:
+        self.key = key
+        self._host = host
+        self._lock = threading.Lock()
+        self._pending: list[tuple[Any, Future[Any], float]] = []
+        self._inflight: dict[int, tuple[list[Future[Any]], float]] = {}
+        self._seq = 0
+        self.lease_quorum_s = lease_quorum_s
+        self._dial = dial
+        # Every node pysyncobj creates (peers, membership changes, snapshots)
+        # dials through the same mapping (fault-injection proxies in tests).
+        super().__init__(
+            self_address,
+            list(peers),
+            conf,
+            host.poller,
+            fsync=fsync,
+            on_activity=lambda: host.mark_active(key),
+            node_factory=lambda addr: ProxiedNode(addr, dial(addr)),
+        )
+
+    # ---- the state machine (subclasses) ------------------------------------------
+    def encode_batch(self, commands: list[Any]) -> bytes:
+        raise NotImplementedError
+
+    def split_results(self, result: Any, count: int) -> list[Any]:
+        raise NotImplementedError
+
+    def apply_bytes(self, index: int, data: bytes) -> Any:
+        raise NotImplementedError
+
+    @replicated
+    def apply_entry(self, data: bytes) -> Any:
+        """The only replicated method: its name is part of the wire format."""
+        index = self.raftLastApplied + 1
+        try:
+            return self.apply_bytes(index, data)
+        except errors.QueueError as exc:
+            return exc
+        except Exception as exc:  # a bug: never wedge the apply loop
+            log.exception("apply of entry %d failed in %s", index, self.key)
+            return errors.Internal(f"apply failed: {exc!r}")
+
+    # ---- submission ------------------------------------------------------------------
+    def submit(self, command: Any, timeout_s: float = 10.0) -> Future[Any]:
+        """Queue ``command`` for this group (any thread). The future resolves to
+        the state machine's result or raises a QueueError."""
+        fut: Future[Any] = Future()
+        with self._lock:
+            self._pending.append((command, fut, time.monotonic() + timeout_s))
+        self._host.mark_active(self.key)
+        return fut
+
+    def before_tick(self) -> None:
+        """Driver thread: turn queued commands into Raft entries."""
+        if not self._pending:
+            return
+        with self._lock:
+            pending, self._pending = self._pending, []
+        if not self._isLeader():
+            err = errors.NotLeader(f"{self.key}: not the leader", self.leader_address())
+            for _, fut, _ in pending:
+                _fail(fut, err)
+            return
+        for start in range(0, len(pending), MAX_COMMANDS_PER_ENTRY):
+            self._propose(pending[start : start + MAX_COMMANDS_PER_ENTRY])
+
+    def _propose(self, chunk: list[tuple[Any, Future[Any], float]]) -> None:
+        commands = [c for c, _, _ in chunk]
+        futures = [f for _, f, _ in chunk]
+        deadline = max(d for _, _, d in chunk)
+        self._seq += 1
+        seq = self._seq
+        self._inflight[seq] = (futures, deadline)
+        payload = self.encode_batch(commands)
+
+        def done(result: Any, err: int) -> None:
+            self._inflight.pop(seq, None)
+            if err != FAIL_REASON.SUCCESS:
+                exc = fail_reason_error(err, self.leader_address())
+                for fut in futures:
+                    _fail(fut, exc)
+                return
+            results = self.split_results(result, len(futures))
+            for fut, res in zip(futures, results, strict=True):
+                _resolve(fut, res)
+
+        self.apply_entry(payload, callback=done)
+
+    def reap(self, now: float) -> None:
+        """Fail waiters past their deadline with OutcomeUnknown (driver thread)."""
+        expired = [s for s, (_, d) in self._inflight.items() if d < now]
+        for seq in expired:
+            futures, _ = self._inflight.pop(seq)
+            for fut in futures:
+                _fail(fut, errors.OutcomeUnknown("timed out waiting for commit; may apply later"))
+        if self._pending:
+            with self._lock:
+                keep = [(c, f, d) for c, f, d in self._pending if d >= now]
+                late = [f for _, f, d in self._pending if d < now]
+                self._pending = keep
+            for fut in late:
+                _fail(fut, errors.Unavailable("timed out before the command was proposed"))
+
+    def fail_all(self, exc: errors.QueueError) -> None:
+        for futures, _ in self._inflight.values():
+            for fut in futures:
+                _fail(fut, exc)
+        self._inflight.clear()
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for _, fut, _ in pending:
+            _fail(fut, exc)
+
+    # ---- status -------------------------------------------------------------------------
+    def is_leader(self) -> bool:
+        return bool(self._isLeader())
+
+    def can_serve_leader_reads(self) -> bool:
+        """Leader with quorum contact within one election timeout (hazard 5)."""
+        return self.has_quorum_contact(self.lease_quorum_s)
+
+    def status(self) -> dict[str, Any]:
+        st = self.getStatus()
+        leader = st.get("leader")
+        return {
+            "role": {0: "follower", 1: "candidate", 2: "leader"}.get(st.get("state"), "unknown"),
+            "leader": leader.address if leader is not None else "",
+            "term": st.get("raft_term", 0),
+            "commit_index": st.get("commit_idx", 0),
+            "last_applied": st.get("last_applied", 0),
+            "log_len": st.get("log_len", 0),
+            "has_quorum": bool(st.get("has_quorum", False)),
+        }
+
+    def close(self) -> None:
+        self.fail_all(errors.Unavailable(f"{self.key}: replica stopped"))
+        self._destroy_now()
+
+    def _destroy_now(self) -> None:
+        """Close sockets and the journal (driver thread; no tick thread exists)."""
+        self._SyncObj__transport.destroy()
+        self._SyncObj__raftLog._destroy()
+
+
+def _resolve(fut: Future[Any], result: Any) -> None:
+    if fut.done():
+        return
+    if isinstance(result, BaseException):
+        fut.set_exception(result)
+    else:
+        fut.set_result(result)
+
+
+def _fail(fut: Future[Any], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)

@@ -1,0 +1,395 @@
+"""pysyncobj 0.3.17, made safe: the one module that subclasses its internals.
+
+Each fix names the hazard of shared/PYSYNCOBJ.md it closes; tests in
+``tests/unit/test_raft_hazards.py`` fail against plain ``SyncObj`` and pass
+against ``SafeSyncObj``.
+
+1. AppendEntries never truncates entries that do not conflict (Raft §5.3):
+   ``_SyncObj__onMessageReceived`` handles regular append_entries itself.
+2. The log can never be emptied by compaction (``_SyncObj__deleteEntriesTo``
+   keeps the last entry).
+3. The journal is msync'ed before a follower acknowledges entries and before
+   the leader counts its own copy: followers queue their acks and
+   ``flush_durable()`` syncs once for the whole batch, then sends them; the
+   leader syncs at the start and end of every tick, so entries appended in a
+   tick are durable before any ack can be counted for them. Term and vote are
+   fsynced before a vote is sent.
+4. Waiters are never lost: ``_SyncObj__loadDumpFile`` resolves every callback
+   waiting for an index the snapshot skipped with UNKNOWN_OUTCOME (our caller
+   also bounds every wait with a timeout).
+5. A leader cut off from its quorum steps down: ``leaderFallbackTimeout`` is
+   set to the election timeout by ``make_conf`` and ``has_quorum_contact()``
+   lets callers refuse leases on a stale belief.
+
+Threading: everything here runs on the host's driver thread, except
+``submit_command`` (any thread; it only enqueues).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from pysyncobj import SyncObj, SyncObjConf
+from pysyncobj.monotonic import monotonic as monotonic_time
+from pysyncobj.node import TCPNode
+from pysyncobj.poller import Poller
+from pysyncobj.syncobj import _RAFT_STATE, FAIL_REASON
+
+from raft_queue import errors
+
+log = logging.getLogger(__name__)
+
+PYSYNCOBJ_VERSION = "0.3.17"
+
+
+def check_version() -> None:
+    """Refuse to run on another pysyncobj: the fixes below patch its internals."""
+    from pysyncobj.version import VERSION
+
+    if VERSION != PYSYNCOBJ_VERSION:
+        raise errors.VersionMismatch(
+            f"pysyncobj {VERSION} is installed; raft_queue needs exactly {PYSYNCOBJ_VERSION}"
+        )
+
+
+def fail_reason_error(reason: int, leader: str = "") -> errors.QueueError:
+    """Map a pysyncobj FAIL_REASON to our error tree (the one place that does)."""
+    if reason in (FAIL_REASON.NOT_LEADER, FAIL_REASON.MISSING_LEADER):
+        return errors.NotLeader("not the leader of this group", leader)
+    if reason == FAIL_REASON.QUEUE_FULL:
+        return errors.ResourceExhausted("raft command queue is full")
+    if reason == FAIL_REASON.LEADER_CHANGED:
+        return errors.OutcomeUnknown("leader changed while the command was in flight")
+    if reason == FAIL_REASON.DISCARDED:
+        return errors.Unavailable("command discarded by a new leader; not applied")
+    if reason == FAIL_REASON.REQUEST_DENIED:
+        return errors.FailedPrecondition("raft request denied")
+    return errors.OutcomeUnknown(f"raft outcome unknown (reason {reason})")
+
+
+class ProxiedNode(TCPNode):
+    """A peer whose identity is its address but whose TCP dial target may differ
+    (a fault-injection proxy). ``dial`` maps the address to ``host:port``."""
+
+    def __init__(self, address: str, dial: str | None = None) -> None:
+        super().__init__(address)
+        host, port = (dial or address).rsplit(":", 1)
+        object.__setattr__(self, "_dial_host", host)
+        object.__setattr__(self, "_dial_port", int(port))
+
+    @property
+    def ip(self) -> str:  # used by TcpTransport to connect
+        return self._dial_host  # type: ignore[no-any-return]
+
+    @property
+    def port(self) -> int:
+        return self._dial_port  # type: ignore[no-any-return]
+
+
+class GroupPoller(Poller):  # type: ignore[misc]
+    """A group's view of the host's shared poller: subscriptions go to the shared
+    poller; the group's own ``poll`` (end of every tick) does nothing, because the
+    host's driver thread polls once for all groups."""
+
+    def __init__(self, shared: Poller) -> None:
+        self._shared = shared
+
+    def subscribe(self, descr: int, callback: Callable[..., None], eventMask: int) -> None:  # noqa: N803
+        self._shared.subscribe(descr, callback, eventMask)
+
+    def unsubscribe(self, descr: int) -> None:
+        self._shared.unsubscribe(descr)
+
+    def poll(self, timeout: float) -> None:
+        return None
+
+
+class SyncedJournal:
+    """Wraps pysyncobj's journal: remembers whether anything was written since
+    the last ``sync()`` so one msync covers a whole batch of entries, and fsyncs
+    term/vote metadata before it is acted upon."""
+
+    def __init__(self, inner: Any, path: str | None, enabled: bool) -> None:
+        self._inner = inner
+        self._meta_path = f"{path}.meta" if path else None
+        self._enabled = enabled and path is not None
+        self.dirty = False
+        self.syncs = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __getitem__(self, idx: Any) -> Any:
+        return self._inner[idx]
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def add(self, command: bytes, idx: int, term: int) -> None:
+        self._inner.add(command, idx, term)
+        self.dirty = True
+
+    def clear(self) -> None:
+        self._inner.clear()
+        self.dirty = True
+
+    def deleteEntriesFrom(self, entryFrom: int) -> None:  # noqa: N802,N803
+        self._inner.deleteEntriesFrom(entryFrom)
+        self.dirty = True
+
+    def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802,N803
+        self._inner.deleteEntriesTo(entryTo)
+        self.dirty = True
+
+    def setCurrentTerm(self, term: int, votedForNodeId: Any) -> None:  # noqa: N802,N803
+        self._inner.setCurrentTerm(term, votedForNodeId)
+        if self._enabled and self._meta_path and os.path.exists(self._meta_path):
+            fd = os.open(self._meta_path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def sync(self) -> bool:
+        """msync the journal if written since the last sync; True if it synced."""
+        if not self.dirty:
+            return False
+        self.dirty = False
+        if self._enabled:
+            self._inner.flush()
+            self.syncs += 1
+        return True
+
+
+def make_conf(
+    *,
+    journal_file: str | None,
+    dump_file: str | None,
+    election_timeout_min_s: float,
+    election_timeout_max_s: float,
+    serializer: Callable[[str, Any], None] | None = None,
+    deserializer: Callable[[str], Any] | None = None,
+    log_compaction_min_entries: int = 20000,
+    log_compaction_min_time_s: float = 300.0,
+    password: str | None = None,
+    bind_address: str | None = None,
+) -> SyncObjConf:
+    """The SyncObjConf every group uses: manual ticks (the host drives them),
+    no pysyncobj-level batching (we batch messages into entries ourselves and
+    want each entry sent at once), and a leader that steps down after one
+    election timeout without quorum contact (hazard 5)."""
+    return SyncObjConf(
+        autoTick=False,
+        appendEntriesUseBatch=False,
+        raftMinTimeout=election_timeout_min_s,
+        raftMaxTimeout=election_timeout_max_s,
+        leaderFallbackTimeout=election_timeout_max_s,
+        appendEntriesPeriod=election_timeout_min_s / 8,
+        connectionRetryTime=0.5,
+        connectionTimeout=election_timeout_max_s,
+        journalFile=journal_file,
+        fullDumpFile=dump_file,
+        serializer=serializer,
+        deserializer=deserializer,
+        logCompactionMinEntries=log_compaction_min_entries,
+        logCompactionMinTime=log_compaction_min_time_s,
+        dynamicMembershipChange=True,
+        commandsWaitLeader=False,
+        password=password,
+        bindAddress=bind_address,
+        pollerType="poll",
+    )
+
+
+class SafeSyncObj(SyncObj):  # type: ignore[misc]
+    """SyncObj with hazards 1-5 fixed. Subclasses add ``@replicated`` methods.
+
+    ``shared_poller``: the host's poller (see GroupPoller). ``fsync``: sync the
+    journal before acknowledging (durability "fsync"); False for "quorum".
+    """
+
+    def __init__(
+        self,
+        self_address: str,
+        peers: list[str],
+        conf: SyncObjConf,
+        shared_poller: Poller,
+        fsync: bool = True,
+        on_activity: Callable[[], None] | None = None,
+        node_factory: Callable[[str], TCPNode] = ProxiedNode,
+    ) -> None:
+        self.__shared_poller = GroupPoller(shared_poller)
+        self._pending_acks: list[tuple[Any, int]] = []
+        self._on_activity = on_activity or (lambda: None)
+        self._fsync = fsync
+        self._journal_path = conf.journalFile
+        super().__init__(self_address, peers, conf, nodeClass=node_factory)
+        self._SyncObj__raftLog = SyncedJournal(
+            self._SyncObj__raftLog, conf.journalFile, fsync
+        )
+
+    # The poller pysyncobj creates in __init__ is replaced by our shared view.
+    @property
+    def _poller(self) -> GroupPoller:
+        return self.__shared_poller
+
+    @_poller.setter
+    def _poller(self, value: Any) -> None:
+        pass
+
+    # ---- durability (hazard 3) -------------------------------------------------
+    def flush_durable(self) -> None:
+        """Sync the journal if needed, then send the acks that waited for it."""
+        self._SyncObj__raftLog.sync()
+        if self._pending_acks:
+            acks, self._pending_acks = self._pending_acks, []
+            for node, next_idx in acks:
+                self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=next_idx, success=True)
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N803
+        self.flush_durable()  # own entries durable before the commit count
+        super()._onTick(0.0)
+        self.flush_durable()  # entries appended this tick durable before any ack
+
+    def _SyncObj__onBecomeLeader(self) -> None:  # noqa: N802
+        # The new leader appends a no-op and (single-node group) may count it
+        # committed in the same tick: make it durable first.
+        SyncObj._SyncObj__onBecomeLeader(self)
+        self._SyncObj__raftLog.sync()
+
+    def tick(self) -> None:
+        """One tick (driver thread). Errors are logged, never propagated: one bad
+        group must not stop the driver of every other group."""
+        try:
+            self._onTick(0.0)
+        except Exception:
+            log.exception("tick failed for %s", self.selfNode)
+
+    # ---- command submission (any thread) ------------------------------------------
+    def _applyCommand(self, command: Any, callback: Any, commandType: Any = None) -> None:  # noqa: N803
+        super()._applyCommand(command, callback, commandType)
+        self._on_activity()
+
+    # ---- leadership (hazard 5) ------------------------------------------------------
+    def has_quorum_contact(self, within_s: float) -> bool:
+        """Leader heard from a majority (itself included) within ``within_s``."""
+        if self._SyncObj__raftState != _RAFT_STATE.LEADER:
+            return False
+        others = self._SyncObj__otherNodes
+        if not others:
+            return True
+        deadline = monotonic_time() - within_s
+        last = self._SyncObj__lastResponseTime
+        heard = 1 + sum(1 for n in others if last.get(n, 0) > deadline)
+        return heard > (len(others) + 1) / 2
+
+    def leader_address(self) -> str:
+        leader = self._getLeader()
+        return leader.address if leader is not None else ""
+
+    # ---- hazard 2 -------------------------------------------------------------------
+    def _SyncObj__deleteEntriesTo(self, toIDx: int) -> None:  # noqa: N802,N803
+        log_ = self._SyncObj__raftLog
+        toIDx = min(toIDx, log_[-1][1])  # always keep the last entry
+        diff = toIDx - log_[0][1]
+        if diff > 0:
+            log_.deleteEntriesTo(diff)
+
+    # ---- hazard 4 -------------------------------------------------------------------
+    def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:  # noqa: N802,N803
+        SyncObj._SyncObj__loadDumpFile(self, clearJournal)
+        applied = self._SyncObj__raftLastApplied
+        waiting = self._SyncObj__commandsWaitingCommit
+        for idx in [i for i in waiting if i <= applied]:
+            for _term, callback in waiting.pop(idx):
+                callback(None, FAIL_REASON.UNKNOWN_OUTCOME)
+
+    # ---- hazard 1 (and 3 for followers) --------------------------------------------
+    def _SyncObj__onMessageReceived(self, node: Any, message: dict[str, Any]) -> None:  # noqa: N802
+        self._on_activity()
+        if (
+            message.get("type") == "append_entries"
+            and "prevLogIdx" in message
+            and "transmission" not in message
+            and message["term"] >= self._SyncObj__raftCurrentTerm
+        ):
+            self._on_append_entries(node, message)
+            return
+        SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _follow(self, node: Any, message: dict[str, Any]) -> None:
+        """The leader-recognition preamble of pysyncobj's handler, unchanged."""
+        if message["term"] > self._SyncObj__raftCurrentTerm:
+            self._SyncObj__transferInProgress = False
+        if not self._SyncObj__transferInProgress:
+            self._SyncObj__raftElectionDeadline = (
+                monotonic_time() + self._SyncObj__generateRaftTimeout()
+            )
+        if self._SyncObj__raftLeader != node:
+            self._SyncObj__onLeaderChanged()
+        self._SyncObj__raftLeader = node
+        if message["term"] > self._SyncObj__raftCurrentTerm:
+            self._SyncObj__setCurrentTerm(message["term"], None)
+        self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
+
+    def _on_append_entries(self, node: Any, message: dict[str, Any]) -> None:
+        self._follow(node, message)
+        leader_commit = message["commit_index"]
+        self._SyncObj__leaderCommitIndex = leader_commit
+        prev_idx, prev_term = message["prevLogIdx"], message["prevLogTerm"]
+        prev = self._SyncObj__getEntries(prev_idx, 1)
+        if not prev:
+            self._SyncObj__sendNextNodeIdx(node, success=False, reset=True)
+            return
+        if prev[0][2] != prev_term:
+            self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=prev_idx, success=False, reset=True)
+            return
+        entries = message.get("entries", [])
+        self._merge_entries(entries)
+        # Raft: acknowledge what this message proved, not our whole log.
+        match = entries[-1][1] if entries else prev_idx
+        self._pending_acks.append((node, match + 1))
+        # Only entries proven to match the leader's log may be committed.
+        commit = min(leader_commit, match, self._SyncObj__getCurrentLogIndex())
+        if commit > self._SyncObj__raftCommitIndex:
+            self._SyncObj__raftCommitIndex = commit
+            self._SyncObj__raftLog.setRaftCommitIndex(commit)
+
+    def _merge_entries(self, entries: list[tuple[bytes, int, int]]) -> None:
+        """Append ``entries`` after the matching prefix; truncate only from the
+        first entry whose term conflicts (Raft §5.3, receiver rule 3)."""
+        last = self._SyncObj__getCurrentLogIndex()
+        for k, entry in enumerate(entries):
+            idx = entry[1]
+            if idx > last:
+                self._append_new(entries[k:])
+                return
+            local = self._SyncObj__getEntries(idx, 1)
+            if local and local[0][2] == entry[2]:
+                continue
+            self._truncate_from(idx)
+            self._append_new(entries[k:])
+            return
+
+    def _truncate_from(self, idx: int) -> None:
+        if self._SyncObj__conf.dynamicMembershipChange:
+            for entry in reversed(self._SyncObj__getEntries(idx)):
+                change = self._SyncObj__parseChangeClusterRequest(entry[0])
+                if change is not None:
+                    self._SyncObj__doChangeCluster(change, reverse=True)
+        if idx <= self._SyncObj__raftLastApplied:
+            log.critical("conflicting entry at %d below last applied %d", idx,
+                         self._SyncObj__raftLastApplied)
+        self._SyncObj__deleteEntriesFrom(idx)
+
+    def _append_new(self, entries: list[tuple[bytes, int, int]]) -> None:
+        for entry in entries:
+            self._SyncObj__raftLog.add(*entry)
+        if self._SyncObj__conf.dynamicMembershipChange:
+            for entry in entries:
+                change = self._SyncObj__parseChangeClusterRequest(entry[0])
+                if change is not None:
+                    self._SyncObj__doChangeCluster(change)
