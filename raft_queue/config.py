@@ -1,0 +1,396 @@
+"""Configuration: a node's settings (configs/*.toml) and a queue's settings.
+
+Frozen, slotted dataclasses with units in field names, validated in
+``__post_init__``: a bad node setting raises ``ConfigError(field, ...)``, a
+bad queue setting ``InvalidArgument(field, ...)``; both name the field
+(dotted for nested tables, e.g. ``raft.heartbeat_period_s``). ``load()`` is
+the only reader of configs/ and rejects unknown keys, so a typo is an error,
+not a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from raft_queue.errors import ConfigError, InvalidArgument
+
+D = TypeVar("D")
+
+MIB = 1 << 20
+HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
+MAX_PARTITIONS = 1024
+MAX_QUEUE_MESSAGE_BYTES = 16 * MIB
+REPLICATION_FACTORS = (1, 3, 5)
+DURABILITIES = ("fsync", "quorum", "leader")
+ORDERINGS = ("none", "fifo")
+#: QueueSpec fields fixed at creation: they decide the Raft groups and keying.
+IMMUTABLE_QUEUE_FIELDS = ("partitions", "replication_factor", "ordering")
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+QUEUE_NAME_MAX = 80  # as SQS
+
+
+def check_name(
+    field_name: str, value: str, max_len: int = 64, error: type[InvalidArgument] = InvalidArgument
+) -> None:
+    """Queue and node names: 1..max_len of [A-Za-z0-9_.-], not starting with
+    a separator (they appear in paths, receipts and metric labels).
+    """
+    if not isinstance(value, str) or not _NAME.fullmatch(value) or len(value) > max_len:
+        raise error(field_name, f"{value!r} must be 1..{max_len} of A-Z a-z 0-9 _ . - (not first)")
+
+
+def check_queue_name(name: str) -> None:
+    check_name("name", name, QUEUE_NAME_MAX)
+
+
+def parse_host_port(field_name: str, value: str) -> tuple[str, int]:
+    """Split ``host:port`` (``[v6]:port`` too); ConfigError names the field."""
+    host, sep, port = value.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or any(c.isspace() for c in host) or not port.isdigit():
+        raise ConfigError(field_name, f"{value!r} is not host:port")
+    _check_port(field_name, int(port))
+    return host, int(port)
+
+
+def _check_port(field_name: str, port: int) -> None:
+    if not 1 <= port <= 65535:
+        raise ConfigError(field_name, f"port {port} outside 1..65535")
+
+
+def _check_int(error: type[InvalidArgument], name: str, value: int, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise error(name, f"{value!r} must be an integer in {lo}..{hi}")
+
+
+def _check_positive(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigError(name, f"{value!r} must be a number > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class RaftTuning:
+    """Raft timing shared by every group on the node (pysyncobj's SyncObjConf).
+
+    Elections start after a random timeout in [min, max]; the leader sends
+    heartbeats every ``heartbeat_period_s`` and steps down after
+    ``leader_fallback_timeout_s`` without hearing from a quorum (so a
+    partitioned leader stops accepting writes).
+    """
+
+    election_timeout_min_s: float = 0.8
+    election_timeout_max_s: float = 1.6
+    heartbeat_period_s: float = 0.1
+    tick_period_s: float = 0.02
+    leader_fallback_timeout_s: float = 3.0
+    connection_timeout_s: float = 3.5
+    connection_retry_s: float = 1.0
+    log_compaction_min_entries: int = 5000
+    log_compaction_min_time_s: float = 300.0
+    commands_queue_size: int = 100_000
+    append_entries_batch_bytes: int = 1 * MIB
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            if f.name.endswith("_s"):
+                _check_positive(f"raft.{f.name}", getattr(self, f.name))
+        for name in ("log_compaction_min_entries", "commands_queue_size"):
+            _check_int(ConfigError, f"raft.{name}", getattr(self, name), 1, 10**9)
+        _check_int(ConfigError, "raft.append_entries_batch_bytes", self.append_entries_batch_bytes,
+                   4096, 256 * MIB)  # fmt: skip
+        if self.election_timeout_max_s <= self.election_timeout_min_s:
+            raise ConfigError("raft.election_timeout_max_s", "must exceed election_timeout_min_s")
+        if self.heartbeat_period_s * 2 > self.election_timeout_min_s:
+            raise ConfigError("raft.heartbeat_period_s", "must be <= election_timeout_min_s / 2")
+        if self.tick_period_s > self.heartbeat_period_s:
+            raise ConfigError("raft.tick_period_s", "must be <= heartbeat_period_s")
+        if self.leader_fallback_timeout_s < self.election_timeout_max_s:
+            raise ConfigError("raft.leader_fallback_timeout_s", "must be >= election_timeout_max_s")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterTuning:
+    """Node liveness as the metadata leader judges it from heartbeats:
+    alive -> suspect after ``suspect_after_s`` of silence -> dead after
+    ``dead_after_s``; a dead node's replicas are re-placed after
+    ``repair_after_s`` (long, so a restart does not trigger a full copy).
+    """
+
+    heartbeat_period_s: float = 1.0
+    suspect_after_s: float = 5.0
+    dead_after_s: float = 30.0
+    repair_after_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            _check_positive(f"cluster.{f.name}", getattr(self, f.name))
+        if not self.heartbeat_period_s < self.suspect_after_s <= self.dead_after_s:
+            raise ConfigError(
+                "cluster.suspect_after_s",
+                "need heartbeat_period_s < suspect_after_s <= dead_after_s",
+            )
+        if self.repair_after_s < self.dead_after_s:
+            raise ConfigError("cluster.repair_after_s", "must be >= dead_after_s")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-request limits the front end enforces (ResourceExhausted/InvalidArgument)."""
+
+    max_message_bytes: int = 1 * MIB
+    max_batch_messages: int = 10_000
+    max_receive_messages: int = 1000
+    max_wait_ms: int = 20_000
+    max_request_bytes: int = 64 * MIB
+
+    def __post_init__(self) -> None:
+        _check_int(ConfigError, "limits.max_message_bytes", self.max_message_bytes, 1,
+                   MAX_QUEUE_MESSAGE_BYTES)  # fmt: skip
+        _check_int(ConfigError, "limits.max_batch_messages", self.max_batch_messages, 1, 10**6)
+        _check_int(ConfigError, "limits.max_receive_messages", self.max_receive_messages, 1, 10**5)
+        _check_int(ConfigError, "limits.max_wait_ms", self.max_wait_ms, 0, HOUR_MS)
+        _check_int(ConfigError, "limits.max_request_bytes", self.max_request_bytes,
+                   self.max_message_bytes, 2**31 - 1)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """One node process. See configs/local-3node.toml for each field's meaning."""
+
+    node_id: str
+    data_dir: str
+    grpc_host: str = "127.0.0.1"
+    grpc_port: int = 7001
+    advertise_address: str = ""
+    raft_host: str = "127.0.0.1"
+    raft_port_min: int = 7200
+    raft_port_max: int = 7299
+    metadata_raft_port: int = 7100
+    controller: bool = True
+    seeds: tuple[str, ...] = ()
+    controllers: tuple[str, ...] = ()
+    rack: str = ""
+    raft: RaftTuning = field(default_factory=RaftTuning)
+    cluster: ClusterTuning = field(default_factory=ClusterTuning)
+    limits: Limits = field(default_factory=Limits)
+
+    def __post_init__(self) -> None:
+        check_name("node_id", self.node_id, error=ConfigError)
+        if not isinstance(self.data_dir, str) or not self.data_dir:
+            raise ConfigError("data_dir", "must be a non-empty path")
+        for name in ("grpc_host", "raft_host"):
+            if not getattr(self, name) or any(c.isspace() for c in getattr(self, name)):
+                raise ConfigError(name, "must be a host name or address")
+        if self.rack:
+            check_name("rack", self.rack, error=ConfigError)
+        if self.advertise_address:
+            parse_host_port("advertise_address", self.advertise_address)
+        for seed in self.seeds:
+            parse_host_port("seeds", seed)
+        self._check_ports()
+        self._check_controllers()
+
+    def _check_ports(self) -> None:
+        for name in ("grpc_port", "raft_port_min", "raft_port_max", "metadata_raft_port"):
+            _check_int(ConfigError, name, getattr(self, name), 1, 65535)
+        if self.raft_port_max < self.raft_port_min:
+            raise ConfigError("raft_port_max", "must be >= raft_port_min")
+        if self.raft_port_min <= self.metadata_raft_port <= self.raft_port_max:
+            raise ConfigError("metadata_raft_port", "must be outside raft_port_min..raft_port_max")
+        if self.grpc_host == self.raft_host and (
+            self.grpc_port == self.metadata_raft_port
+            or self.raft_port_min <= self.grpc_port <= self.raft_port_max
+        ):
+            raise ConfigError("grpc_port", "collides with a Raft port")
+
+    def _check_controllers(self) -> None:
+        peers = self.controller_peers  # validates the syntax
+        if not peers:
+            raise ConfigError("controllers", "list the metadata voters (node_id=host:port)")
+        mine = f"{self.raft_host}:{self.metadata_raft_port}"
+        if self.controller and peers.get(self.node_id) != mine:
+            raise ConfigError(
+                "controllers", f"a controller must list itself as {self.node_id}={mine}"
+            )
+        if not self.controller and self.node_id in peers:
+            raise ConfigError("controllers", "lists this node but controller = false")
+
+    @property
+    def grpc_address(self) -> str:
+        """The gRPC address other nodes and clients use to reach this node."""
+        return self.advertise_address or f"{self.grpc_host}:{self.grpc_port}"
+
+    @property
+    def controller_peers(self) -> dict[str, str]:
+        """``controllers`` as {node_id: "raft_host:metadata_raft_port"}. Empty
+        ``controllers`` on a controller means this node alone (single-node dev).
+        """
+        if not self.controllers and self.controller:
+            return {self.node_id: f"{self.raft_host}:{self.metadata_raft_port}"}
+        peers: dict[str, str] = {}
+        for entry in self.controllers:
+            node_id, sep, address = entry.partition("=")
+            if not sep:
+                raise ConfigError("controllers", f"{entry!r} is not node_id=host:port")
+            check_name("controllers", node_id, error=ConfigError)
+            parse_host_port("controllers", address)
+            if node_id in peers:
+                raise ConfigError("controllers", f"{node_id} listed twice")
+            peers[node_id] = address
+        return peers
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    """A queue's settings (DESIGN.md section 3); the fields of proto QueueConfig.
+
+    ``partitions``, ``replication_factor`` and ``ordering`` are fixed at
+    creation; the rest can be updated. Whether ``replication_factor`` fits
+    the live nodes and ``max_message_bytes`` the node limit is the caller's
+    check (it knows the cluster).
+    """
+
+    partitions: int = 1
+    replication_factor: int = 3
+    durability: str = "fsync"
+    ordering: str = "none"
+    visibility_timeout_ms: int = 30_000
+    max_receives: int = 0
+    dead_letter_queue: str = ""
+    retention_ms: int = 0
+    retention_bytes: int = 0
+    max_message_bytes: int = 1 * MIB
+    dedup_window_ms: int = 300_000
+    delay_ms: int = 0
+
+    def __post_init__(self) -> None:
+        bad = InvalidArgument
+        _check_int(bad, "partitions", self.partitions, 1, MAX_PARTITIONS)
+        if self.replication_factor not in REPLICATION_FACTORS or isinstance(
+            self.replication_factor, bool
+        ):
+            raise bad("replication_factor", f"{self.replication_factor!r} not one of 1, 3, 5")
+        if self.durability not in DURABILITIES:
+            raise bad("durability", f"{self.durability!r} not one of {', '.join(DURABILITIES)}")
+        if self.ordering not in ORDERINGS:
+            raise bad("ordering", f"{self.ordering!r} not one of {', '.join(ORDERINGS)}")
+        _check_int(bad, "visibility_timeout_ms", self.visibility_timeout_ms, 0, 12 * HOUR_MS)
+        _check_int(bad, "max_receives", self.max_receives, 0, 10**6)
+        _check_int(bad, "retention_ms", self.retention_ms, 0, 2**63 - 1)
+        _check_int(bad, "retention_bytes", self.retention_bytes, 0, 2**63 - 1)
+        _check_int(bad, "max_message_bytes", self.max_message_bytes, 1, MAX_QUEUE_MESSAGE_BYTES)
+        _check_int(bad, "dedup_window_ms", self.dedup_window_ms, 0, 30 * DAY_MS)
+        _check_int(bad, "delay_ms", self.delay_ms, 0, 12 * HOUR_MS)
+        if self.dead_letter_queue:
+            check_name("dead_letter_queue", self.dead_letter_queue, QUEUE_NAME_MAX)
+            if self.max_receives == 0:
+                raise bad("max_receives", "must be > 0 when dead_letter_queue is set")
+
+    def with_updates(self, **changes: Any) -> QueueSpec:
+        """A validated copy with ``changes``; an unknown field is InvalidArgument."""
+        return _build(QueueSpec, {**self.to_dict(), **changes}, "", InvalidArgument)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> QueueSpec:
+        """Inverse of to_dict; missing fields take defaults, unknown ones are rejected."""
+        return _build(QueueSpec, data, "", InvalidArgument)
+
+
+def load(path: str | Path, node_id: str = "") -> NodeConfig:
+    """Read and validate a node config file (TOML). Every error is a
+    ConfigError naming the key (``raft.heartbeat_period_s``).
+
+    A file may describe several nodes of one cluster (configs/local-3node.toml):
+    its top-level keys are shared and ``[nodes.<id>]`` tables hold each node's
+    own keys (merged over the shared ones, nested tables key by key); then
+    ``node_id`` picks the node. Relative ``data_dir``s are relative to the
+    process's working directory.
+    """
+    data = _read_toml(path)
+    nodes = data.pop("nodes", None)
+    if nodes is None:
+        if node_id and data.get("node_id", node_id) != node_id:
+            raise ConfigError(
+                "node_id", f"{path} describes {data.get('node_id')!r}, not {node_id!r}"
+            )
+        return _build(NodeConfig, data, "", ConfigError)
+    if not isinstance(nodes, dict) or not all(isinstance(v, dict) for v in nodes.values()):
+        raise ConfigError("nodes", "must be tables [nodes.<node_id>]")
+    if node_id not in nodes:
+        raise ConfigError("node_id", f"choose one of {sorted(nodes)} in {path}")
+    return _build(
+        NodeConfig, {**_merged(data, nodes[node_id]), "node_id": node_id}, "", ConfigError
+    )
+
+
+def load_all(path: str | Path) -> list[NodeConfig]:
+    """Every node of a multi-node file (or the one node of a plain file)."""
+    nodes = _read_toml(path).get("nodes")
+    if isinstance(nodes, dict):
+        return [load(path, node_id) for node_id in nodes]
+    return [load(path)]
+
+
+def _read_toml(path: str | Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError("path", f"cannot read {path}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("path", f"{path} is not valid TOML: {exc}") from exc
+
+
+def _merged(shared: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
+    """``own`` over ``shared``; tables present in both are merged recursively."""
+    out = dict(shared)
+    for key, value in own.items():
+        base = out.get(key)
+        both_tables = isinstance(base, dict) and isinstance(value, dict)
+        out[key] = _merged(base, value) if both_tables else value  # type: ignore[arg-type]
+    return out
+
+
+def _build(cls: type[D], data: dict[str, Any], prefix: str, error: type[InvalidArgument]) -> D:
+    """Construct dataclass ``cls`` from a TOML/JSON table, type-checking each
+    value and recursing into nested dataclass tables.
+    """
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    for key in data:
+        if key not in names:
+            raise error(prefix + key, "unknown key")
+    kwargs = {key: _value(hints[key], value, prefix + key, error) for key, value in data.items()}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        no_default = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if no_default and f.name not in data:
+            raise error(prefix + f.name, "required")
+    return cls(**kwargs)
+
+
+def _value(hint: Any, value: Any, name: str, error: type[InvalidArgument]) -> Any:
+    """Check one value against its annotation (TOML ints pass for floats)."""
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise error(name, "must be a table")
+        return _build(hint, value, name + ".", error)  # type: ignore[arg-type]
+    if typing.get_origin(hint) is tuple:
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise error(name, "must be a list of strings")
+        return tuple(value)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
+        raise error(name, f"must be {hint.__name__}, got {type(value).__name__}")
+    return value
