@@ -1,0 +1,40 @@
+"""The raft_queue SDK: ``Client`` and the values it returns.
+
+Errors raised are the ``raft_queue.errors`` tree (re-exported by
+``raft_queue``), never ``grpc.RpcError``.
+"""
+
+from raft_queue.client.client import MAX_BATCH, Client
+from raft_queue.client.models import (
+    ClusterStatus,
+    Message,
+    NodeInfo,
+    OutgoingMessage,
+    PartitionInfo,
+    QueueConfig,
+    QueueInfo,
+    ReadResult,
+    ReceiptResult,
+    ReplicaStatus,
+    SendResult,
+)
+from raft_queue.client.partitioner import partition_for_key
+from raft_queue.client.retry import Backoff
+
+__all__ = [
+    "MAX_BATCH",
+    "Backoff",
+    "Client",
+    "ClusterStatus",
+    "Message",
+    "NodeInfo",
+    "OutgoingMessage",
+    "PartitionInfo",
+    "QueueConfig",
+    "QueueInfo",
+    "ReadResult",
+    "ReceiptResult",
+    "ReplicaStatus",
+    "SendResult",
+    "partition_for_key",
+]

@@ -1,0 +1,307 @@
+"""The values the SDK hands to users, and their translation from and to the wire.
+
+Frozen dataclasses: users may keep, hash and compare them; they own no
+connection. Field names follow queue.proto / admin.proto so documentation of
+the API reads the same in Python. Enums become short lower-case strings
+(``"fsync"``, ``"fifo"``); ``""`` means unspecified.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from raft_queue._proto.raft_queue.v1 import admin_pb2, queue_pb2
+from raft_queue.errors import InvalidArgument
+
+DURABILITIES = ("fsync", "quorum", "leader")
+ORDERINGS = ("none", "fifo")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    """A queue's configuration (effective values when returned by the server)."""
+
+    partitions: int | None = None
+    replication_factor: int | None = None
+    durability: str | None = None
+    ordering: str | None = None
+    visibility_timeout_ms: int | None = None
+    max_receives: int | None = None
+    dead_letter_queue: str | None = None
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+    max_message_bytes: int | None = None
+    dedup_window_ms: int | None = None
+    delay_ms: int | None = None
+
+
+CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(QueueConfig))
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """A queue: its config and depth counters (summed over partitions, best effort)."""
+
+    name: str
+    config: QueueConfig
+    created_ms: int = 0
+    messages: int = 0
+    in_flight: int = 0
+
+    @property
+    def partitions(self) -> int:
+        return self.config.partitions or 0
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingMessage:
+    """One message to send. ``dedup_id=None``: the client assigns one (uuid4)."""
+
+    body: bytes | str
+    key: str = ""
+    headers: Mapping[str, bytes | str] | None = None
+    dedup_id: str | None = None
+    delay_ms: int = 0
+    partition: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """Where a message was stored. ``duplicate``: its dedup id was seen; offset is the original."""
+
+    partition: int
+    offset: int
+    duplicate: bool
+    durability: str
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A stored message. ``receipt`` is set by receive (pass it to ack/nack)."""
+
+    queue: str
+    partition: int
+    offset: int
+    body: bytes
+    key: str = ""
+    headers: dict[str, bytes] = field(default_factory=dict, hash=False)
+    timestamp_ms: int = 0
+    receipt: str = ""
+    receive_count: int = 0
+    dedup_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptResult:
+    """Outcome of ack/nack/change_visibility for one receipt; ``error`` says why not ok."""
+
+    receipt: str
+    ok: bool
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """Messages of one partition from an offset; the partition holds [earliest, latest)."""
+
+    messages: list[Message]
+    next_offset: int
+    earliest_offset: int
+    latest_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One partition: offsets, leader (node id and address), replicas (first = preferred)."""
+
+    partition: int
+    earliest_offset: int = 0
+    latest_offset: int = 0
+    leader: str = ""
+    leader_address: str = ""
+    replicas: tuple[str, ...] = ()
+    epoch: int = 0
+    commit_index: int = 0
+    messages: int = 0
+    in_flight: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """A cluster member as the metadata leader sees it."""
+
+    id: str
+    address: str = ""
+    state: str = ""
+    controller: bool = False
+    metadata_leader: bool = False
+    rack: str = ""
+    last_heartbeat_age_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaStatus:
+    """One replica of one partition, as its node sees it."""
+
+    queue: str
+    partition: int
+    node: str
+    role: str = ""
+    leader: str = ""
+    term: int = 0
+    commit_index: int = 0
+    last_applied: int = 0
+    log_len: int = 0
+    next_offset: int = 0
+    digest: str = ""
+    has_quorum: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStatus:
+    """Nodes and replicas; ``unreachable`` lists nodes that did not answer."""
+
+    nodes: list[NodeInfo]
+    replicas: list[ReplicaStatus]
+    metadata_leader: str = ""
+    metadata_version: int = 0
+    unreachable: list[str] = field(default_factory=list)
+
+
+# ---- wire translation -------------------------------------------------------
+
+
+def _enum_name(value: int, enum: Any, prefix: str) -> str:
+    """DURABILITY_FSYNC -> "fsync"; unspecified -> ""."""
+    name = enum.Name(value) if value in enum.values() else ""
+    name = name.removeprefix(prefix).lower()
+    return "" if name == "unspecified" else name
+
+
+def _enum_value(
+    field_name: str, value: Any, allowed: tuple[str, ...], prefix: str, enum: Any
+) -> int:
+    """ "fsync" -> DURABILITY_FSYNC; anything not in ``allowed`` is InvalidArgument."""
+    if value not in allowed:
+        raise InvalidArgument(field_name, f"must be one of {', '.join(allowed)}, got {value!r}")
+    return int(enum.Value(prefix + value.upper()))
+
+
+def _plain(pb: Any, cls: type) -> dict[str, Any]:
+    """The fields of ``cls`` copied from same-named fields of ``pb``."""
+    return {f.name: getattr(pb, f.name) for f in dataclasses.fields(cls)}
+
+
+def config_from_pb(pb: queue_pb2.QueueConfig) -> QueueConfig:
+    values = {name: getattr(pb, name) if pb.HasField(name) else None for name in CONFIG_FIELDS}
+    if values["durability"] is not None:
+        values["durability"] = _enum_name(values["durability"], queue_pb2.Durability, "DURABILITY_")
+    if values["ordering"] is not None:
+        values["ordering"] = _enum_name(values["ordering"], queue_pb2.Ordering, "ORDERING_")
+    return QueueConfig(**values)
+
+
+def config_to_pb(config: Mapping[str, Any]) -> queue_pb2.QueueConfig:
+    """Build a QueueConfig message from field names; None means "server default".
+
+    Raises InvalidArgument naming the field for an unknown name, a bad enum
+    value or a value protobuf rejects (negative, wrong type, too large).
+    """
+    values: dict[str, Any] = {}
+    for name, value in config.items():
+        if name not in CONFIG_FIELDS:
+            known = ", ".join(CONFIG_FIELDS)
+            raise InvalidArgument(name, f"unknown queue config field (known: {known})")
+        if value is None:
+            continue
+        if name == "durability":
+            value = _enum_value(name, value, DURABILITIES, "DURABILITY_", queue_pb2.Durability)
+        elif name == "ordering":
+            value = _enum_value(name, value, ORDERINGS, "ORDERING_", queue_pb2.Ordering)
+        values[name] = value
+    return build_request(queue_pb2.QueueConfig, **values)
+
+
+def queue_info_from_pb(pb: queue_pb2.QueueInfo) -> QueueInfo:
+    values = _plain(pb, QueueInfo)
+    values["config"] = config_from_pb(pb.config)
+    return QueueInfo(**values)
+
+
+def message_from_pb(pb: queue_pb2.Message) -> Message:
+    values = _plain(pb, Message)
+    values["headers"] = dict(pb.headers)
+    return Message(**values)
+
+
+def send_result_from_pb(pb: queue_pb2.SendResult) -> SendResult:
+    durability = _enum_name(pb.durability, queue_pb2.Durability, "DURABILITY_")
+    return SendResult(pb.partition, pb.offset, pb.duplicate, durability)
+
+
+def receipt_result_from_pb(pb: queue_pb2.ReceiptResult) -> ReceiptResult:
+    return ReceiptResult(**_plain(pb, ReceiptResult))
+
+
+def read_result_from_pb(pb: queue_pb2.ReadResponse) -> ReadResult:
+    values = _plain(pb, ReadResult)
+    values["messages"] = [message_from_pb(m) for m in pb.messages]
+    return ReadResult(**values)
+
+
+def partition_from_pb(pb: queue_pb2.PartitionInfo) -> PartitionInfo:
+    values = _plain(pb, PartitionInfo)
+    values["replicas"] = tuple(pb.replicas)
+    return PartitionInfo(**values)
+
+
+def cluster_status_from_pb(pb: admin_pb2.ClusterStatusResponse) -> ClusterStatus:
+    return ClusterStatus(
+        nodes=[NodeInfo(**_plain(n, NodeInfo)) for n in pb.nodes],
+        replicas=[ReplicaStatus(**_plain(r, ReplicaStatus)) for r in pb.replicas],
+        metadata_leader=pb.metadata_leader,
+        metadata_version=pb.metadata_version,
+        unreachable=list(pb.unreachable),
+    )
+
+
+def _to_bytes(field_name: str, value: bytes | str) -> bytes:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    raise InvalidArgument(field_name, f"must be bytes or str, got {type(value).__name__}")
+
+
+def entry_to_pb(msg: OutgoingMessage, partition: int, dedup_id: str) -> queue_pb2.SendEntry:
+    """The wire entry for ``msg``, placed on ``partition`` with its final dedup id."""
+    headers = {str(k): _to_bytes(f"headers.{k}", v) for k, v in (msg.headers or {}).items()}
+    return build_request(
+        queue_pb2.SendEntry,
+        body=_to_bytes("body", msg.body),
+        key=msg.key,
+        headers=headers,
+        dedup_id=dedup_id,
+        delay_ms=msg.delay_ms,
+        partition=partition,
+    )
+
+
+def build_request(cls: Any, **fields: Any) -> Any:
+    """``cls(**fields)``, with protobuf's type and range errors named by field.
+
+    protobuf says "Value out of range: -1" without the field; the user needs
+    to know which argument was wrong, so each field is retried alone to find it.
+    """
+    try:
+        return cls(**fields)
+    except (TypeError, ValueError) as exc:
+        for name, value in fields.items():
+            try:
+                cls(**{name: value})
+            except (TypeError, ValueError) as field_exc:
+                raise InvalidArgument(name, f"invalid value {value!r}: {field_exc}") from exc
+        raise InvalidArgument("request", str(exc)) from exc
