@@ -1,0 +1,1 @@
+"""Fault injection for raft_queue: a Toxiproxy-compatible proxy, history recorder, checker."""
