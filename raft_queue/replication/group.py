@@ -23,6 +23,7 @@ from pysyncobj import replicated
 from pysyncobj.syncobj import FAIL_REASON
 
 from raft_queue import errors
+from raft_queue.replication import snapshot
 from raft_queue.replication.host import RaftHost
 from raft_queue.replication.raft import ProxiedNode, SafeSyncObj, fail_reason_error
 
@@ -156,6 +157,13 @@ class ReplicatedGroup(SafeSyncObj):  # type: ignore[misc]
             pending, self._pending = self._pending, []
         for _, fut, _ in pending:
             _fail(fut, exc)
+
+    def snapshot_meta(self, path: str) -> tuple[Any, int]:
+        """pysyncobj's tuple from snapshot ``path`` with the cluster as Node
+        objects (it compares them with its own node), and the image length."""
+        (last, prev, cluster), image_len = snapshot.read_meta(path)
+        nodes = {self._SyncObj__nodeClass(addr) for addr in cluster}
+        return (last, prev, nodes), image_len
 
     # ---- status -------------------------------------------------------------------------
     def is_leader(self) -> bool:

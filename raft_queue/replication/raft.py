@@ -227,9 +227,7 @@ class SafeSyncObj(SyncObj):  # type: ignore[misc]
         self._fsync = fsync
         self._journal_path = conf.journalFile
         super().__init__(self_address, peers, conf, nodeClass=node_factory)
-        self._SyncObj__raftLog = SyncedJournal(
-            self._SyncObj__raftLog, conf.journalFile, fsync
-        )
+        self._SyncObj__raftLog = SyncedJournal(self._SyncObj__raftLog, conf.journalFile, fsync)
 
     # The poller pysyncobj creates in __init__ is replaced by our shared view.
     @property
@@ -381,8 +379,9 @@ class SafeSyncObj(SyncObj):  # type: ignore[misc]
                 if change is not None:
                     self._SyncObj__doChangeCluster(change, reverse=True)
         if idx <= self._SyncObj__raftLastApplied:
-            log.critical("conflicting entry at %d below last applied %d", idx,
-                         self._SyncObj__raftLastApplied)
+            log.critical(
+                "conflicting entry at %d below last applied %d", idx, self._SyncObj__raftLastApplied
+            )
         self._SyncObj__deleteEntriesFrom(idx)
 
     def _append_new(self, entries: list[tuple[bytes, int, int]]) -> None:

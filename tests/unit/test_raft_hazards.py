@@ -169,7 +169,9 @@ def test_hazard3_follower_acks_only_after_journal_sync(impl: str, tmp_path: Any)
     obj._SyncObj__transport.send = send
     leader = leader_node(obj)
     for i in range(2, 12):  # ten messages in one poll round
-        obj._SyncObj__onMessageReceived(leader, append_entries(i - 1, 0 if i == 2 else 1, [entry(i)]))
+        obj._SyncObj__onMessageReceived(
+            leader, append_entries(i - 1, 0 if i == 2 else 1, [entry(i)])
+        )
     if isinstance(obj, SafeSyncObj):
         obj.flush_durable()
     assert events, "no ack at all"

@@ -25,7 +25,7 @@ class NodeInfo(_message.Message):
     def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[str] = ..., controller: _Optional[bool] = ..., metadata_leader: _Optional[bool] = ..., rack: _Optional[str] = ..., last_heartbeat_age_ms: _Optional[int] = ...) -> None: ...
 
 class ReplicaStatus(_message.Message):
-    __slots__ = ("queue", "partition", "node", "role", "leader", "term", "commit_index", "last_applied", "log_len", "next_offset", "digest", "has_quorum")
+    __slots__ = ("queue", "partition", "node", "role", "leader", "term", "commit_index", "last_applied", "log_len", "next_offset", "digest", "has_quorum", "earliest_offset", "messages", "in_flight", "epoch")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
@@ -38,6 +38,10 @@ class ReplicaStatus(_message.Message):
     NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     HAS_QUORUM_FIELD_NUMBER: _ClassVar[int]
+    EARLIEST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     queue: str
     partition: int
     node: str
@@ -50,7 +54,11 @@ class ReplicaStatus(_message.Message):
     next_offset: int
     digest: str
     has_quorum: bool
-    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., node: _Optional[str] = ..., role: _Optional[str] = ..., leader: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., last_applied: _Optional[int] = ..., log_len: _Optional[int] = ..., next_offset: _Optional[int] = ..., digest: _Optional[str] = ..., has_quorum: _Optional[bool] = ...) -> None: ...
+    earliest_offset: int
+    messages: int
+    in_flight: int
+    epoch: int
+    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., node: _Optional[str] = ..., role: _Optional[str] = ..., leader: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., last_applied: _Optional[int] = ..., log_len: _Optional[int] = ..., next_offset: _Optional[int] = ..., digest: _Optional[str] = ..., has_quorum: _Optional[bool] = ..., earliest_offset: _Optional[int] = ..., messages: _Optional[int] = ..., in_flight: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class ClusterStatusRequest(_message.Message):
     __slots__ = ("include_digests",)
@@ -89,18 +97,24 @@ class NodeStatusResponse(_message.Message):
     def __init__(self, node: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., metadata_version: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("node", "address", "raft_host", "rack", "metadata_version")
+    __slots__ = ("node", "address", "raft_host", "rack", "metadata_version", "raft_port_min", "raft_port_max", "controller")
     NODE_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     RAFT_HOST_FIELD_NUMBER: _ClassVar[int]
     RACK_FIELD_NUMBER: _ClassVar[int]
     METADATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    RAFT_PORT_MIN_FIELD_NUMBER: _ClassVar[int]
+    RAFT_PORT_MAX_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_FIELD_NUMBER: _ClassVar[int]
     node: str
     address: str
     raft_host: str
     rack: str
     metadata_version: int
-    def __init__(self, node: _Optional[str] = ..., address: _Optional[str] = ..., raft_host: _Optional[str] = ..., rack: _Optional[str] = ..., metadata_version: _Optional[int] = ...) -> None: ...
+    raft_port_min: int
+    raft_port_max: int
+    controller: bool
+    def __init__(self, node: _Optional[str] = ..., address: _Optional[str] = ..., raft_host: _Optional[str] = ..., rack: _Optional[str] = ..., metadata_version: _Optional[int] = ..., raft_port_min: _Optional[int] = ..., raft_port_max: _Optional[int] = ..., controller: _Optional[bool] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("metadata_version",)

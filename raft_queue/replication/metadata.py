@@ -1,0 +1,82 @@
+"""The metadata group: the cluster's manager (as Kafka's KRaft controller).
+
+Its state (``core.metadata.MetadataMachine``) is small and kept in memory;
+snapshots are its deterministic JSON. ``on_change`` is called on the driver
+thread after every applied entry so the node's reconciler can react at once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from raft_queue.core import metadata as meta
+from raft_queue.replication import snapshot
+from raft_queue.replication.group import ReplicatedGroup
+from raft_queue.replication.host import RaftHost
+from raft_queue.replication.raft import make_conf
+
+_SEP = b"\n"
+
+
+class MetadataReplica(ReplicatedGroup):
+    def __init__(
+        self,
+        host: RaftHost,
+        self_address: str,
+        peers: Sequence[str],
+        data_dir: str,
+        election_timeout_s: tuple[float, float] = (1.0, 2.0),
+        dial: Callable[[str], str | None] = lambda a: None,
+        on_change: Callable[[], None] = lambda: None,
+    ) -> None:
+        os.makedirs(data_dir, exist_ok=True)
+        self.machine = meta.MetadataMachine()
+        self._on_change = on_change
+        conf = make_conf(
+            journal_file=os.path.join(data_dir, "raft.journal"),
+            dump_file=os.path.join(data_dir, "raft.dump"),
+            election_timeout_min_s=election_timeout_s[0],
+            election_timeout_max_s=election_timeout_s[1],
+            serializer=self._serialize,
+            deserializer=self._deserialize,
+            log_compaction_min_entries=2000,
+        )
+        super().__init__(
+            "__metadata__",
+            host,
+            self_address,
+            peers,
+            conf,
+            dial=dial,
+            lease_quorum_s=election_timeout_s[0],
+        )
+
+    def encode_batch(self, cmds: list[Any]) -> bytes:
+        return _SEP.join(meta.encode_meta(c) for c in cmds)
+
+    def split_results(self, result: Any, count: int) -> list[Any]:
+        if isinstance(result, BaseException):
+            return [result] * count
+        return list(result)
+
+    def apply_bytes(self, index: int, data: bytes) -> Any:
+        results: list[Any] = []
+        for raw in data.split(_SEP):
+            try:
+                results.append(self.machine.apply(meta.decode_meta(raw)))
+            except Exception as exc:  # deterministic on every replica
+                results.append(exc)
+        self._on_change()
+        return results
+
+    def _serialize(self, path: str, data: Any) -> None:
+        image = self.machine.to_bytes()
+        snapshot.write(path, data, lambda f: f.write(image))
+
+    def _deserialize(self, path: str) -> Any:
+        meta_tuple, image_len = self.snapshot_meta(path)
+        self.machine = meta.MetadataMachine.from_bytes(snapshot.read_image(path, image_len))
+        self._on_change()
+        return meta_tuple

@@ -1,0 +1,121 @@
+"""AdminService: cluster status, and the node-to-node calls behind it.
+
+Registration: every node heartbeats the metadata leader once a second
+(``registration_loop``); the leader registers a node it does not know (or
+whose address changed) through the metadata group. Liveness is kept in the
+leader's memory only; only state changes go through Raft.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from raft_queue._proto.raft_queue.v1 import admin_pb2, admin_pb2_grpc
+from raft_queue.core import metadata as meta
+from raft_queue.server.cluster import Cluster
+from raft_queue.server.queue_service import handled
+
+log = logging.getLogger(__name__)
+
+
+class AdminService(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
+    def __init__(self, cluster: Cluster) -> None:
+        self.c = cluster
+        self.node = cluster.node
+        self.last_seen: dict[str, float] = {}
+
+    @handled
+    async def ClusterStatus(self, request: Any, context: Any) -> Any:  # noqa: N802
+        replicas, unreachable = await self.c.all_status(request.include_digests)
+        leader = self.node.metadata_leader_id() or ""
+        now = time.monotonic()
+        nodes = []
+        for n in sorted(self.node.view.nodes().values(), key=lambda n: n.node_id):
+            seen = self.last_seen.get(n.node_id)
+            state = "unreachable" if n.node_id in unreachable else n.state
+            nodes.append(
+                admin_pb2.NodeInfo(
+                    id=n.node_id,
+                    address=n.address,
+                    state=state,
+                    controller=n.controller,
+                    metadata_leader=n.node_id == leader,
+                    rack=n.rack,
+                    last_heartbeat_age_ms=int((now - seen) * 1000) if seen else 0,
+                )
+            )
+        return admin_pb2.ClusterStatusResponse(
+            nodes=nodes,
+            metadata_leader=leader,
+            metadata_version=self.node.view.version,
+            replicas=replicas,
+            unreachable=unreachable,
+        )
+
+    @handled
+    async def NodeStatus(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return admin_pb2.NodeStatusResponse(
+            node=self.node.id,
+            replicas=self.c.local_status(request.include_digests),
+            metadata_version=self.node.view.version,
+        )
+
+    @handled
+    async def Heartbeat(self, request: Any, context: Any) -> Any:  # noqa: N802
+        self.last_seen[request.node] = time.monotonic()
+        await register_if_needed(self.node, request)
+        return admin_pb2.HeartbeatResponse(metadata_version=self.node.view.version)
+
+
+def heartbeat_request(node: Any) -> Any:
+    c = node.config
+    return admin_pb2.HeartbeatRequest(
+        node=node.id,
+        address=node.address,
+        raft_host=c.raft_host,
+        rack=c.rack,
+        metadata_version=node.view.version,
+        raft_port_min=c.raft_port_min,
+        raft_port_max=c.raft_port_max,
+        controller=c.controller,
+    )
+
+
+async def register_if_needed(node: Any, req: Any) -> None:
+    """On the metadata leader: register ``req``'s node if unknown or changed."""
+    known = node.view.nodes().get(req.node)
+    if known is not None and known.address == req.address and known.raft_host == req.raft_host:
+        return
+    await node.submit_metadata(
+        meta.RegisterNode(
+            node_id=req.node,
+            address=req.address,
+            raft_host=req.raft_host,
+            raft_port_min=req.raft_port_min,
+            raft_port_max=req.raft_port_max,
+            rack=req.rack,
+            controller=req.controller,
+            now_ms=int(time.time() * 1000),
+        )
+    )
+
+
+async def registration_loop(cluster: Cluster, period_s: float = 1.0) -> None:
+    """Heartbeat the metadata leader forever (registering this node first)."""
+    node = cluster.node
+    while True:
+        try:
+            req = heartbeat_request(node)
+            if node.metadata is not None and node.metadata.is_leader():
+                await register_if_needed(node, req)
+            else:
+                address = node.metadata_leader_address()
+                if address and address != node.address:
+                    await cluster.peers.admin(address).Heartbeat(req, timeout=3.0)
+        except Exception as exc:  # the next beat retries; log without traceback spam
+            log.debug("heartbeat failed: %s", exc)
+        registered = node.id in node.view.nodes()
+        await asyncio.sleep(period_s if registered else 0.1)

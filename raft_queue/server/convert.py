@@ -1,0 +1,155 @@
+"""Between protobuf messages and our types: validation of requests happens here,
+before anything is submitted, so bad input never reaches the Raft log."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from raft_queue import errors
+from raft_queue._proto.raft_queue.v1 import queue_pb2
+from raft_queue.config import QueueSpec
+from raft_queue.core.commands import NewRecord, PartitionConfig, ReceiptRef
+
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+MAX_DEDUP_ID = 128
+MAX_KEY = 1024
+MAX_DELAY_MS = 365 * 24 * 3600 * 1000
+MAX_VISIBILITY_MS = 12 * 3600 * 1000
+
+DURABILITY = {
+    "fsync": queue_pb2.DURABILITY_FSYNC,
+    "quorum": queue_pb2.DURABILITY_QUORUM,
+    "leader": queue_pb2.DURABILITY_LEADER,
+}
+ORDERING = {"none": queue_pb2.ORDERING_NONE, "fifo": queue_pb2.ORDERING_FIFO}
+_SPEC_FIELDS = (
+    "partitions",
+    "replication_factor",
+    "visibility_timeout_ms",
+    "max_receives",
+    "dead_letter_queue",
+    "retention_ms",
+    "retention_bytes",
+    "max_message_bytes",
+    "dedup_window_ms",
+    "delay_ms",
+)
+
+
+def check_queue_name(name: str, field: str = "name") -> str:
+    if not QUEUE_NAME.match(name or ""):
+        raise errors.InvalidArgument(
+            field,
+            f"{name!r} is not a queue name: 1-128 of A-Z a-z 0-9 _ . - (not starting with . _ -)",
+        )
+    return name
+
+
+def spec_from_pb(pb: queue_pb2.QueueConfig, base: QueueSpec | None = None) -> QueueSpec:
+    """QueueSpec from the fields set in ``pb`` over ``base`` (defaults if None)."""
+    changes: dict[str, Any] = {}
+    for name in _SPEC_FIELDS:
+        if pb.HasField(name):
+            changes[name] = getattr(pb, name)
+    if pb.HasField("durability"):
+        changes["durability"] = _enum_name(pb.durability, DURABILITY, "config.durability")
+    if pb.HasField("ordering"):
+        changes["ordering"] = _enum_name(pb.ordering, ORDERING, "config.ordering")
+    try:
+        return (base or QueueSpec()).with_updates(**changes)
+    except errors.InvalidArgument as exc:
+        raise errors.InvalidArgument(f"config.{exc.field}", exc.message.split(": ", 1)[-1]) from exc
+
+
+def _enum_name(value: int, table: dict[str, int], field: str) -> str:
+    for name, number in table.items():
+        if number == value:
+            return name
+    raise errors.InvalidArgument(field, f"unknown value {value}")
+
+
+def spec_to_pb(spec: QueueSpec) -> queue_pb2.QueueConfig:
+    pb = queue_pb2.QueueConfig(
+        durability=DURABILITY[spec.durability], ordering=ORDERING[spec.ordering]
+    )
+    for name in _SPEC_FIELDS:
+        setattr(pb, name, getattr(spec, name))
+    return pb
+
+
+def partition_config(spec: QueueSpec) -> PartitionConfig:
+    return PartitionConfig(
+        ordering=spec.ordering,
+        visibility_timeout_ms=spec.visibility_timeout_ms,
+        max_receives=spec.max_receives,
+        dedup_window_ms=spec.dedup_window_ms,
+        retention_ms=spec.retention_ms,
+        retention_bytes=spec.retention_bytes,
+        delay_ms=spec.delay_ms,
+    )
+
+
+def new_record(i: int, entry: queue_pb2.SendEntry, spec: QueueSpec) -> NewRecord:
+    field = f"entries[{i}]"
+    if len(entry.body) > spec.max_message_bytes:
+        raise errors.InvalidArgument(
+            f"{field}.body",
+            f"{len(entry.body)} bytes is over the queue's max_message_bytes {spec.max_message_bytes}",
+        )
+    if len(entry.dedup_id) > MAX_DEDUP_ID:
+        raise errors.InvalidArgument(f"{field}.dedup_id", f"longer than {MAX_DEDUP_ID} characters")
+    if len(entry.key) > MAX_KEY:
+        raise errors.InvalidArgument(f"{field}.key", f"longer than {MAX_KEY} characters")
+    if entry.delay_ms > MAX_DELAY_MS:
+        raise errors.InvalidArgument(f"{field}.delay_ms", "more than 365 days")
+    if spec.ordering == "fifo" and not entry.key:
+        raise errors.InvalidArgument(f"{field}.key", "a fifo queue needs a key on every message")
+    headers = tuple(sorted((k, bytes(v)) for k, v in entry.headers.items()))
+    return NewRecord(
+        body=bytes(entry.body),
+        key=entry.key,
+        headers=headers,
+        dedup_id=entry.dedup_id,
+        delay_ms=entry.delay_ms,
+    )
+
+
+def message_pb(queue: str, partition: int, rec: Any, receipt: str = "", count: int = 0) -> Any:
+    return queue_pb2.Message(
+        queue=queue,
+        partition=partition,
+        offset=rec.offset,
+        body=rec.body,
+        key=rec.key,
+        headers=dict(rec.headers),
+        timestamp_ms=rec.timestamp_ms,
+        receipt=receipt,
+        receive_count=count,
+        dedup_id=rec.dedup_id,
+    )
+
+
+# Receipts: "<queue uid>:<partition>:<offset>:<lease epoch>". The uid makes a
+# receipt of a deleted-and-recreated queue invalid.
+def encode_receipt(uid: int, partition: int, offset: int, epoch: int) -> str:
+    return f"{uid}:{partition}:{offset}:{epoch}"
+
+
+def decode_receipt(i: int, receipt: str, uid: int, partitions: int) -> tuple[int, ReceiptRef]:
+    field = f"receipts[{i}]"
+    try:
+        ruid, part, offset, epoch = (int(x) for x in receipt.split(":"))
+    except ValueError:
+        raise errors.InvalidArgument(field, f"{receipt!r} is not a receipt") from None
+    if ruid != uid:
+        raise errors.InvalidArgument(field, "receipt is from another queue (or a deleted one)")
+    if not 0 <= part < partitions or offset < 0 or epoch < 0:
+        raise errors.InvalidArgument(field, f"{receipt!r} names no partition of this queue")
+    return part, ReceiptRef(offset=offset, epoch=epoch)
+
+
+def check_range(value: int, lo: int, hi: int, field: str) -> int:
+    if not lo <= value <= hi:
+        raise errors.InvalidArgument(field, f"{value} is outside [{lo}, {hi}]")
+    return value

@@ -1,0 +1,243 @@
+"""The node: one process hosting a metadata voter and partition replicas.
+
+Owns the RaftHost (driver thread), the metadata replica, the local partition
+replicas and the reconciler that makes the set of local replicas match the
+metadata assignments. gRPC servicers (``queue_service``, ``admin_service``)
+call into it from the asyncio thread.
+
+Thread contract: replicas are created and closed on the driver thread
+(``host.call``); ``view`` (a read-only copy of the metadata state) is replaced
+atomically after every metadata change, so request handlers never read state
+that the driver thread is mutating.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from raft_queue import errors
+from raft_queue.config import NodeConfig
+from raft_queue.core import metadata as meta
+from raft_queue.core.commands import Configure
+from raft_queue.replication.host import RaftHost
+from raft_queue.replication.metadata import MetadataReplica
+from raft_queue.replication.partition import PartitionReplica
+from raft_queue.replication.raft import check_version
+from raft_queue.server.convert import partition_config
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaKey:
+    queue: str
+    uid: int
+    partition: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.queue}.{self.uid}.{self.partition}"
+
+
+class Node:
+    def __init__(
+        self, config: NodeConfig, dial: Callable[[str], str | None] = lambda a: None
+    ) -> None:
+        check_version()
+        self.config = config
+        self.id = config.node_id
+        self.address = config.advertise_address or f"{config.grpc_host}:{config.grpc_port}"
+        self._dial = dial
+        tuning = config.raft
+        self.election_s = (tuning.election_timeout_min_s, tuning.election_timeout_max_s)
+        self.host = RaftHost(idle_tick_s=tuning.tick_period_s)
+        self.controllers = _parse_controllers(config.controllers)
+        self.view = meta.MetadataMachine()
+        self.metadata: MetadataReplica | None = None
+        self.replicas: dict[ReplicaKey, PartitionReplica] = {}
+        self.configured: dict[ReplicaKey, Any] = {}
+        self._changed = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.started_at = time.monotonic()
+
+    # ---- lifecycle ---------------------------------------------------------------------
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.host.start()
+        if self.config.controller:
+            me = self.controllers.get(self.id) or (
+                f"{self.config.raft_host}:{self.config.metadata_raft_port}"
+            )
+            peers = [a for nid, a in self.controllers.items() if nid != self.id]
+            self.metadata = self.host.call(lambda: self._open_metadata(me, peers)).result(30)
+
+    def _open_metadata(self, me: str, peers: list[str]) -> MetadataReplica:
+        replica = MetadataReplica(
+            self.host,
+            me,
+            peers,
+            os.path.join(self.config.data_dir, "metadata"),
+            election_timeout_s=self.election_s,
+            dial=self._dial,
+            on_change=self._on_metadata_change,
+        )
+        self.host.add(replica)
+        return replica
+
+    def stop(self) -> None:
+        self.host.stop()
+        self.replicas.clear()
+
+    def _on_metadata_change(self) -> None:
+        """Driver thread: publish a read-only copy and wake the reconciler."""
+        assert self.metadata is not None
+        self.view = meta.MetadataMachine.from_bytes(self.metadata.machine.to_bytes())
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._changed.set)
+
+    # ---- metadata ------------------------------------------------------------------------
+    def metadata_leader_id(self) -> str | None:
+        if self.metadata is None:
+            return None
+        leader = self.metadata.leader_address()
+        for nid, addr in self.controllers.items():
+            if addr == leader:
+                return nid
+        return None
+
+    def node_address(self, node_id: str) -> str | None:
+        if node_id == self.id:
+            return self.address
+        node = self.view.nodes().get(node_id)
+        return node.address if node is not None else None
+
+    async def submit_metadata(self, cmd: Any, timeout_s: float = 10.0) -> Any:
+        """Submit to the local metadata replica; NotLeader when it is not leader."""
+        if self.metadata is None or not self.metadata.is_leader():
+            raise errors.NotLeader("not the metadata leader", self.metadata_leader_address())
+        return await _await(self.metadata.submit(cmd, timeout_s))
+
+    def metadata_leader_address(self) -> str:
+        nid = self.metadata_leader_id()
+        return (self.node_address(nid) or "") if nid else ""
+
+    # ---- partitions ------------------------------------------------------------------------
+    def queue_spec(self, name: str) -> Any:
+        queue = self.view.queue(name)
+        if queue is None:
+            raise errors.NotFound(f"queue {name!r} does not exist")
+        return queue
+
+    def replica(self, queue: str, partition: int) -> PartitionReplica | None:
+        q = self.view.queue(queue)
+        if q is None:
+            return None
+        return self.replicas.get(ReplicaKey(queue, q.uid, partition))
+
+    def raft_address_to_node(self) -> dict[str, str]:
+        """Raft address of every replica of every partition -> node id."""
+        nodes = self.view.nodes()
+        out: dict[str, str] = {}
+        for q in self.view.queues():
+            for a in self.view.assignments(q.name):
+                for r in a.replicas:
+                    n = nodes.get(r.node_id)
+                    if n is not None:
+                        out[f"{n.raft_host}:{r.raft_port}"] = r.node_id
+        return out
+
+    async def reconcile_forever(self) -> None:
+        """Make local replicas match the assignments; react to every change."""
+        while True:
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self.reconcile)
+            except Exception:
+                log.exception("reconcile failed")
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout=0.2)
+            except TimeoutError:
+                pass
+
+    def reconcile(self) -> None:
+        wanted = self._wanted_replicas()
+        for key, (me, peers) in wanted.items():
+            if key not in self.replicas:
+                self.replicas[key] = self.host.call(
+                    lambda k=key, m=me, p=peers: self._open_replica(k, m, p)
+                ).result(30)
+        for key in [k for k in self.replicas if k not in wanted]:
+            self.host.call(lambda k=key: self.host.remove(k.name)).result(30)
+            del self.replicas[key]
+            self.configured.pop(key, None)
+            shutil.rmtree(self._replica_dir(key), ignore_errors=True)
+        self._configure_leaders()
+
+    def _configure_leaders(self) -> None:
+        """Every local leader applies its queue's current config once (the
+        Configure command is replicated, so followers and later leaders have it)."""
+        for key, replica in list(self.replicas.items()):
+            q = self.view.queue(key.queue)
+            if q is None or not replica.is_leader() or self.configured.get(key) == q.spec:
+                continue
+            fut = replica.submit(Configure(partition_config(q.spec)))
+            fut.add_done_callback(
+                lambda f, k=key, s=q.spec: (
+                    None if f.exception() else self.configured.__setitem__(k, s)
+                )
+            )
+
+    def _wanted_replicas(self) -> dict[ReplicaKey, tuple[str, list[str]]]:
+        nodes = self.view.nodes()
+        wanted: dict[ReplicaKey, tuple[str, list[str]]] = {}
+        for q in self.view.queues():
+            for a in self.view.assignments(q.name):
+                addrs = {}
+                for r in a.replicas:
+                    n = nodes.get(r.node_id)
+                    if n is not None:
+                        addrs[r.node_id] = f"{n.raft_host}:{r.raft_port}"
+                if self.id in addrs and len(addrs) == len(a.replicas):
+                    me = addrs.pop(self.id)
+                    wanted[ReplicaKey(q.name, q.uid, a.partition)] = (me, list(addrs.values()))
+        return wanted
+
+    def _replica_dir(self, key: ReplicaKey) -> str:
+        return os.path.join(self.config.data_dir, "partitions", key.name)
+
+    def _open_replica(self, key: ReplicaKey, me: str, peers: list[str]) -> PartitionReplica:
+        spec = self.view.queue(key.queue)
+        fsync = spec is None or spec.spec.durability == "fsync"
+        replica = PartitionReplica(
+            key.name,
+            self.host,
+            me,
+            peers,
+            self._replica_dir(key),
+            election_timeout_s=self.election_s,
+            dial=self._dial,
+            fsync=fsync,
+            log_compaction_min_entries=self.config.raft.log_compaction_min_entries,
+        )
+        self.host.add(replica)
+        return replica
+
+
+def _parse_controllers(entries: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for entry in entries:
+        nid, _, addr = entry.partition("=")
+        out[nid.strip()] = addr.strip()
+    return out
+
+
+async def _await(fut: Future[Any]) -> Any:
+    return await asyncio.wrap_future(fut)

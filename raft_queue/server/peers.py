@@ -1,0 +1,78 @@
+"""Node-to-node gRPC: channels to other nodes and one-hop forwarding.
+
+A request for a partition led elsewhere is forwarded to the leader's node
+with the metadata ``raftq-forwarded: 1``; a forwarded request is never
+forwarded again (one hop), so a stale route ends in NotLeader for the client,
+which re-routes. Remote errors pass through unchanged (code, details,
+trailers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from raft_queue._proto.raft_queue.v1 import admin_pb2_grpc, queue_pb2_grpc
+from raft_queue.errors import Unavailable
+
+FORWARDED = ("raftq-forwarded", "1")
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+]
+
+
+def is_forwarded(context: grpc.aio.ServicerContext) -> bool:
+    return any(k == FORWARDED[0] for k, _ in (context.invocation_metadata() or ()))
+
+
+class RemoteError(Exception):
+    """A forwarded call failed on the remote node; re-raised to our caller as is."""
+
+    def __init__(self, err: grpc.aio.AioRpcError) -> None:
+        super().__init__(err.details())
+        self.err = err
+
+
+class Peers:
+    """Channels to other nodes by gRPC address (asyncio thread only)."""
+
+    def __init__(self, dial: Callable[[str], str | None] = lambda a: None) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._dial = dial
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        ch = self._channels.get(address)
+        if ch is None:
+            target = self._dial(address) or address
+            ch = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+            self._channels[address] = ch
+        return ch
+
+    def queue(self, address: str) -> queue_pb2_grpc.QueueServiceStub:
+        return queue_pb2_grpc.QueueServiceStub(self._channel(address))
+
+    def admin(self, address: str) -> admin_pb2_grpc.AdminServiceStub:
+        return admin_pb2_grpc.AdminServiceStub(self._channel(address))
+
+    async def forward(self, address: str, method: str, request: Any, timeout_s: float) -> Any:
+        """Call QueueService.``method`` on ``address`` as a forwarded request."""
+        if not address:
+            raise Unavailable("no leader known for this request yet")
+        call = getattr(self.queue(address), method)
+        try:
+            return await call(request, timeout=timeout_s, metadata=(FORWARDED,))
+        except grpc.aio.AioRpcError as err:
+            raise RemoteError(err) from err
+
+    async def close(self) -> None:
+        for ch in self._channels.values():
+            await ch.close()
+        self._channels.clear()
+
+
+async def abort_remote(context: grpc.aio.ServicerContext, exc: RemoteError) -> None:
+    err = exc.err
+    await context.abort(err.code(), err.details() or "", err.trailing_metadata())

@@ -1,0 +1,231 @@
+"""LocalCluster: a real N-node cluster on this machine, one process per node.
+
+Used by the integration tests, the chaos suite, benchmarks and ``raftq dev
+up``. Each node gets its own directory (config, data, log) under
+``base_dir``; starting again on the same directory resumes the same cluster.
+Nodes are real OS processes so they can be killed (SIGKILL), paused
+(SIGSTOP) and restarted.
+
+    with LocalCluster(tmp_path, nodes=3) as cluster:
+        cluster.start(); cluster.wait_ready()
+        client = cluster.client()
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PORT_BLOCK = 100  # raft ports per node for partition replicas
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _block_free(start: int, size: int) -> bool:
+    for port in range(start, start + size, 7):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
+
+
+def free_block(size: int = PORT_BLOCK) -> int:
+    """A run of ports below the ephemeral range, spot-checked free."""
+    for _ in range(200):
+        start = random.randrange(20000, 32000 - size)
+        if _block_free(start, size):
+            return start
+    raise RuntimeError("no free port block found")
+
+
+@dataclass
+class NodeSpec:
+    node_id: str
+    dir: Path
+    grpc_port: int
+    metadata_port: int
+    raft_port_min: int
+    raft_port_max: int
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def config_path(self) -> Path:
+        return self.dir / "node.toml"
+
+
+@dataclass
+class LocalCluster:
+    base_dir: Path
+    nodes: int = 3
+    base_port: int | None = None
+    raft: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    quiet: bool = True
+
+    def __post_init__(self) -> None:
+        self.base_dir = Path(self.base_dir)
+        self.specs = [self._spec(i) for i in range(self.nodes)]
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    # ---- configuration ---------------------------------------------------------------
+    def _spec(self, i: int) -> NodeSpec:
+        node_dir = self.base_dir / f"n{i + 1}"
+        existing = node_dir / "ports"
+        if existing.exists():  # resume: same ports as the first run
+            g, m, lo = (int(x) for x in existing.read_text().split())
+        elif self.base_port is not None:
+            g, m, lo = (
+                self.base_port + 1 + i,
+                self.base_port + 51 + i,
+                self.base_port + 100 * (i + 1),
+            )
+        else:
+            g, m, lo = free_port(), free_port(), free_block()
+        return NodeSpec(f"n{i + 1}", node_dir, g, m, lo, lo + PORT_BLOCK - 1)
+
+    def write_configs(self) -> None:
+        controllers = [f'"{s.node_id}=127.0.0.1:{s.metadata_port}"' for s in self.specs]
+        seeds = [f'"{s.address}"' for s in self.specs]
+        raft = {"election_timeout_min_s": 0.8, "election_timeout_max_s": 1.6, **self.raft}
+        for s in self.specs:
+            s.dir.mkdir(parents=True, exist_ok=True)
+            (s.dir / "ports").write_text(f"{s.grpc_port} {s.metadata_port} {s.raft_port_min}")
+            lines = [
+                f'node_id = "{s.node_id}"',
+                f'data_dir = "{s.dir / "data"}"',
+                'grpc_host = "127.0.0.1"',
+                f"grpc_port = {s.grpc_port}",
+                'raft_host = "127.0.0.1"',
+                f"raft_port_min = {s.raft_port_min}",
+                f"raft_port_max = {s.raft_port_max}",
+                f"metadata_raft_port = {s.metadata_port}",
+                "controller = true",
+                f"seeds = [{', '.join(seeds)}]",
+                f"controllers = [{', '.join(controllers)}]",
+                "",
+                "[raft]",
+                *(f"{k} = {v!r}" for k, v in raft.items()),
+            ]
+            s.config_path.write_text("\n".join(lines) + "\n")
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(s.address for s in self.specs)
+
+    # ---- processes --------------------------------------------------------------------
+    def start(self, i: int | None = None) -> None:
+        if i is None:
+            self.write_configs()
+            for k in range(self.nodes):
+                self.start(k)
+            return
+        if i in self.procs and self.procs[i].poll() is None:
+            return
+        s = self.specs[i]
+        log = open(s.dir / "node.log", "ab")  # noqa: SIM115 (owned by the child)
+        env = {**os.environ, **self.env}
+        self.procs[i] = subprocess.Popen(
+            [sys.executable, "-m", "raft_queue.server.main", "--config", str(s.config_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        log.close()
+
+    def kill(self, i: int) -> None:
+        """SIGKILL: no flush, no goodbye (power loss minus the page cache)."""
+        self._signal(i, signal.SIGKILL)
+        self.procs.pop(i).wait(10)
+
+    def stop(self, i: int | None = None, timeout_s: float = 15.0) -> None:
+        targets = list(self.procs) if i is None else [i]
+        for k in targets:
+            self._signal(k, signal.SIGTERM)
+        for k in targets:
+            proc = self.procs.pop(k, None)
+            if proc is None:
+                continue
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+    def pause(self, i: int) -> None:
+        self._signal(i, signal.SIGSTOP)
+
+    def resume(self, i: int) -> None:
+        self._signal(i, signal.SIGCONT)
+
+    def restart(self, i: int) -> None:
+        if i in self.procs:
+            self.kill(i)
+        self.start(i)
+
+    def _signal(self, i: int, sig: int) -> None:
+        proc = self.procs.get(i)
+        if proc is not None and proc.poll() is None:
+            os.kill(proc.pid, sig)
+
+    def pid(self, i: int) -> int:
+        return self.procs[i].pid
+
+    def alive(self, i: int) -> bool:
+        return i in self.procs and self.procs[i].poll() is None
+
+    # ---- readiness ------------------------------------------------------------------------
+    def client(self, **kwargs: Any) -> Any:
+        from raft_queue.client import Client
+
+        return Client(bootstrap=self.bootstrap, **kwargs)
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        """Until every running node is registered and answers ClusterStatus."""
+        from raft_queue.client import Client
+
+        deadline = time.monotonic() + timeout_s
+        want = {self.specs[i].node_id for i in self.procs}
+        last: Exception | None = None
+        with Client(bootstrap=self.bootstrap, timeout_s=3.0, retries=0) as client:
+            while time.monotonic() < deadline:
+                for i, proc in self.procs.items():
+                    if proc.poll() is not None:
+                        raise RuntimeError(f"node n{i + 1} exited: see {self.log_path(i)}")
+                try:
+                    status = client.cluster_status()
+                    seen = {n.id for n in status.nodes}
+                    if want <= seen and not status.unreachable:
+                        return
+                except Exception as exc:  # not up yet
+                    last = exc
+                time.sleep(0.2)
+        raise TimeoutError(f"cluster not ready after {timeout_s}s (last error: {last})")
+
+    def log_path(self, i: int) -> Path:
+        return self.specs[i].dir / "node.log"
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for k in list(self.procs):
+            self._signal(k, signal.SIGCONT)
+        self.stop()
