@@ -1,0 +1,450 @@
+"""Partition commands and their byte codec: the Raft wire format.
+
+One Raft entry is ``encode(cmd)``; every replica runs ``decode`` and then
+``PartitionMachine.apply``. The first byte is the command tag, which doubles
+as the format version (a changed layout gets a new tag, old tags stay
+decodable). Fields follow as varints and length-prefixed bytes (see
+``wire``); no pickle, no JSON. ``decode(encode(c)) == c`` for every valid
+command, and ``decode`` of anything else raises ``InvalidArgument("command")``.
+
+Commands are frozen, slotted dataclasses validated on construction, so a bad
+field is rejected (``InvalidArgument`` naming it) before it reaches Raft.
+Everything that depends on time carries ``now_ms``, stamped by the leader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from raft_queue.core import validate as v
+from raft_queue.core.wire import Malformed, Reader, put_bytes, put_str, put_uvarint
+from raft_queue.errors import InvalidArgument
+
+ORDERINGS = ("none", "fifo")
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionConfig:
+    """Per-partition copy of the queue settings that ``apply`` depends on.
+
+    ``retention_ms == 0`` keeps records until acked (then compacts them);
+    ``retention_bytes == 0`` means no size bound; ``max_receives == 0`` means
+    unlimited; ``dedup_window_ms == 0`` disables dedup. ``delay_ms`` is the
+    queue's minimum delivery delay (a record's own delay can only add to it).
+    """
+
+    ordering: str = "none"
+    visibility_timeout_ms: int = 30_000
+    max_receives: int = 0
+    dedup_window_ms: int = 300_000
+    retention_ms: int = 0
+    retention_bytes: int = 0
+    delay_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if self.ordering not in ORDERINGS:
+            raise InvalidArgument("ordering", f"must be one of {ORDERINGS}")
+        v.uint32("visibility_timeout_ms", self.visibility_timeout_ms)
+        v.uint32("max_receives", self.max_receives)
+        v.uint64("dedup_window_ms", self.dedup_window_ms)
+        v.uint64("retention_ms", self.retention_ms)
+        v.uint64("retention_bytes", self.retention_bytes)
+        v.uint32("delay_ms", self.delay_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class NewRecord:
+    """A record to append. ``key`` groups records for FIFO ordering ("" = no
+    group); ``dedup_id`` ("" = none) makes retries idempotent within the
+    dedup window; ``delay_ms`` keeps it invisible to Lease that long after
+    its append (reads by offset see it at once).
+    """
+
+    body: bytes
+    key: str = ""
+    headers: tuple[tuple[str, bytes], ...] = ()
+    dedup_id: str = ""
+    delay_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if type(self.body) is not bytes:
+            raise InvalidArgument("body", "must be bytes")
+        v.string("key", self.key)
+        v.string("dedup_id", self.dedup_id)
+        v.uint32("delay_ms", self.delay_ms)
+        v.headers(self.headers)
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptRef:
+    """What a receipt names inside one partition: the record and the lease
+    epoch it was given (epochs start at 1; a later lease bumps it)."""
+
+    offset: int
+    epoch: int
+
+    def __post_init__(self) -> None:
+        v.uint64("offset", self.offset)
+        v.uint32("epoch", self.epoch)
+        if self.epoch == 0:
+            raise InvalidArgument("epoch", "must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class Configure:
+    """Replace the partition's config (the metadata group's queue settings)."""
+
+    config: PartitionConfig
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.config, PartitionConfig):
+            raise InvalidArgument("config", "must be a PartitionConfig")
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    records: tuple[NewRecord, ...]
+    now_ms: int
+
+    def __post_init__(self) -> None:
+        v.tuple_of("records", self.records, NewRecord)
+        v.uint64("now_ms", self.now_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Lease up to ``max_records`` visible records; ``visibility_ms == 0``
+    means the partition's ``visibility_timeout_ms``."""
+
+    consumer: str
+    max_records: int
+    visibility_ms: int
+    now_ms: int
+
+    def __post_init__(self) -> None:
+        v.string("consumer", self.consumer)
+        v.uint32("max_records", self.max_records)
+        v.uint32("visibility_ms", self.visibility_ms)
+        v.uint64("now_ms", self.now_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    receipts: tuple[ReceiptRef, ...]
+    now_ms: int
+
+    def __post_init__(self) -> None:
+        v.tuple_of("receipts", self.receipts, ReceiptRef)
+        v.uint64("now_ms", self.now_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class Nack:
+    """End the leases now; the records are visible again after ``delay_ms``."""
+
+    receipts: tuple[ReceiptRef, ...]
+    delay_ms: int
+    now_ms: int
+
+    def __post_init__(self) -> None:
+        v.tuple_of("receipts", self.receipts, ReceiptRef)
+        v.uint32("delay_ms", self.delay_ms)
+        v.uint64("now_ms", self.now_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeVisibility:
+    """Set the lease deadline to ``now_ms + visibility_ms`` (as SQS's
+    ChangeMessageVisibility; 0 ends the lease now)."""
+
+    receipts: tuple[ReceiptRef, ...]
+    visibility_ms: int
+    now_ms: int
+
+    def __post_init__(self) -> None:
+        v.tuple_of("receipts", self.receipts, ReceiptRef)
+        v.uint32("visibility_ms", self.visibility_ms)
+        v.uint64("now_ms", self.now_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class CommitOffset:
+    """Store ``offset`` (the next offset to read) for a consumer group."""
+
+    group: str
+    offset: int
+    reset: bool = False
+
+    def __post_init__(self) -> None:
+        v.short_str("group", self.group)
+        if not self.group:
+            raise InvalidArgument("group", "must not be empty")
+        v.uint64("offset", self.offset)
+        v.boolean("reset", self.reset)
+
+
+@dataclass(frozen=True, slots=True)
+class Expire:
+    now_ms: int
+
+    def __post_init__(self) -> None:
+        v.uint64("now_ms", self.now_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class Purge:
+    now_ms: int
+
+    def __post_init__(self) -> None:
+        v.uint64("now_ms", self.now_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetDead:
+    """The leader has forwarded these dead records to the dead-letter queue."""
+
+    offsets: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        v.tuple_of("offsets", self.offsets, int)
+        for offset in self.offsets:
+            v.uint64("offsets", offset)
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Many commands in one Raft entry (group commit), applied in order in
+    one transaction; the result is the tuple of their results. Not nested."""
+
+    commands: tuple[Command, ...]
+
+    def __post_init__(self) -> None:
+        v.tuple_of("commands", self.commands, _SIMPLE)
+
+
+Command: TypeAlias = (
+    Configure
+    | Append
+    | Lease
+    | Ack
+    | Nack
+    | ChangeVisibility
+    | CommitOffset
+    | Expire
+    | Purge
+    | ForgetDead
+    | Batch
+)
+_SIMPLE = (
+    Configure,
+    Append,
+    Lease,
+    Ack,
+    Nack,
+    ChangeVisibility,
+    CommitOffset,
+    Expire,
+    Purge,
+    ForgetDead,
+)
+
+# --- encoding -------------------------------------------------------------
+
+
+def put_config(buf: bytearray, c: PartitionConfig) -> None:
+    """Also the format of the partition's stored config (meta table)."""
+    put_uvarint(buf, ORDERINGS.index(c.ordering))
+    for n in (c.visibility_timeout_ms, c.max_receives, c.dedup_window_ms):
+        put_uvarint(buf, n)
+    for n in (c.retention_ms, c.retention_bytes, c.delay_ms):
+        put_uvarint(buf, n)
+
+
+def read_config(r: Reader) -> PartitionConfig:
+    ordering = r.uvarint()
+    if ordering >= len(ORDERINGS):
+        raise Malformed(f"unknown ordering {ordering}")
+    ints = [r.uvarint() for _ in range(6)]
+    return PartitionConfig(ORDERINGS[ordering], *ints)
+
+
+Headers = tuple[tuple[str, bytes], ...]
+
+
+def put_record_fields(buf: bytearray, rec: NewRecord) -> None:
+    """dedup_id, key, headers: shared by Append and the stored record format."""
+    put_str(buf, rec.dedup_id)
+    put_str(buf, rec.key)
+    put_uvarint(buf, len(rec.headers))
+    for name, value in rec.headers:
+        put_str(buf, name)
+        put_bytes(buf, value)
+
+
+def read_record_fields(r: Reader) -> tuple[str, str, Headers]:
+    """Inverse of ``put_record_fields``: (dedup_id, key, headers)."""
+    dedup_id = r.str_()
+    key = r.str_()
+    return dedup_id, key, tuple((r.str_(), r.bytes_()) for _ in range(r.uvarint()))
+
+
+def _put_record(buf: bytearray, rec: NewRecord) -> None:
+    put_uvarint(buf, rec.delay_ms)
+    put_record_fields(buf, rec)
+    put_bytes(buf, rec.body)
+
+
+def _read_record(r: Reader) -> NewRecord:
+    delay_ms = r.uvarint()
+    dedup_id, key, headers = read_record_fields(r)
+    return NewRecord(r.bytes_(), key, headers, dedup_id, delay_ms)
+
+
+def _put_receipts(buf: bytearray, receipts: tuple[ReceiptRef, ...]) -> None:
+    put_uvarint(buf, len(receipts))
+    for ref in receipts:
+        put_uvarint(buf, ref.offset)
+        put_uvarint(buf, ref.epoch)
+
+
+def _read_receipts(r: Reader) -> tuple[ReceiptRef, ...]:
+    return tuple(ReceiptRef(r.uvarint(), r.uvarint()) for _ in range(r.uvarint()))
+
+
+def _put_ints(buf: bytearray, *ints: int) -> None:
+    for n in ints:
+        put_uvarint(buf, n)
+
+
+def _enc_append(buf: bytearray, c: Append) -> None:
+    put_uvarint(buf, c.now_ms)
+    put_uvarint(buf, len(c.records))
+    for rec in c.records:
+        _put_record(buf, rec)
+
+
+def _dec_append(r: Reader) -> Append:
+    now_ms = r.uvarint()
+    return Append(tuple(_read_record(r) for _ in range(r.uvarint())), now_ms)
+
+
+def _enc_lease(buf: bytearray, c: Lease) -> None:
+    put_str(buf, c.consumer)
+    _put_ints(buf, c.max_records, c.visibility_ms, c.now_ms)
+
+
+def _dec_lease(r: Reader) -> Lease:
+    return Lease(r.str_(), r.uvarint(), r.uvarint(), r.uvarint())
+
+
+def _enc_ack(buf: bytearray, c: Ack) -> None:
+    _put_receipts(buf, c.receipts)
+    put_uvarint(buf, c.now_ms)
+
+
+def _dec_ack(r: Reader) -> Ack:
+    return Ack(_read_receipts(r), r.uvarint())
+
+
+def _enc_nack(buf: bytearray, c: Nack) -> None:
+    _put_receipts(buf, c.receipts)
+    _put_ints(buf, c.delay_ms, c.now_ms)
+
+
+def _dec_nack(r: Reader) -> Nack:
+    return Nack(_read_receipts(r), r.uvarint(), r.uvarint())
+
+
+def _enc_change(buf: bytearray, c: ChangeVisibility) -> None:
+    _put_receipts(buf, c.receipts)
+    _put_ints(buf, c.visibility_ms, c.now_ms)
+
+
+def _dec_change(r: Reader) -> ChangeVisibility:
+    return ChangeVisibility(_read_receipts(r), r.uvarint(), r.uvarint())
+
+
+def _enc_commit(buf: bytearray, c: CommitOffset) -> None:
+    put_str(buf, c.group)
+    _put_ints(buf, c.offset, int(c.reset))
+
+
+def _dec_commit(r: Reader) -> CommitOffset:
+    return CommitOffset(r.str_(), r.uvarint(), r.flag())
+
+
+def _enc_now(buf: bytearray, c: Expire | Purge) -> None:
+    put_uvarint(buf, c.now_ms)
+
+
+def _enc_forget(buf: bytearray, c: ForgetDead) -> None:
+    _put_ints(buf, len(c.offsets), *c.offsets)
+
+
+def _dec_forget(r: Reader) -> ForgetDead:
+    return ForgetDead(tuple(r.uvarint() for _ in range(r.uvarint())))
+
+
+def _enc_batch(buf: bytearray, c: Batch) -> None:
+    put_uvarint(buf, len(c.commands))
+    for sub in c.commands:
+        put_bytes(buf, encode(sub))
+
+
+def _dec_batch(r: Reader) -> Batch:
+    return Batch(tuple(_decode(r.bytes_(), nested=True) for _ in range(r.uvarint())))
+
+
+# tag -> (class, encoder, decoder). Tags are the wire format: never reuse one.
+_Enc = Callable[[bytearray, Any], None]
+_Dec = Callable[[Reader], Any]
+_CODECS: dict[int, tuple[type, _Enc, _Dec]] = {
+    1: (Configure, lambda b, c: put_config(b, c.config), lambda r: Configure(read_config(r))),
+    2: (Append, _enc_append, _dec_append),
+    3: (Lease, _enc_lease, _dec_lease),
+    4: (Ack, _enc_ack, _dec_ack),
+    5: (Nack, _enc_nack, _dec_nack),
+    6: (ChangeVisibility, _enc_change, _dec_change),
+    7: (CommitOffset, _enc_commit, _dec_commit),
+    8: (Expire, _enc_now, lambda r: Expire(r.uvarint())),
+    9: (Purge, _enc_now, lambda r: Purge(r.uvarint())),
+    10: (ForgetDead, _enc_forget, _dec_forget),
+    11: (Batch, _enc_batch, _dec_batch),
+}
+_TAGS: dict[type, tuple[int, _Enc]] = {cls: (tag, enc) for tag, (cls, enc, _) in _CODECS.items()}
+
+
+def encode(cmd: Command) -> bytes:
+    """The Raft entry for ``cmd``: tag byte, then its fields."""
+    try:
+        tag, enc = _TAGS[type(cmd)]
+    except KeyError:
+        raise InvalidArgument("command", f"not a command: {type(cmd).__name__}") from None
+    buf = bytearray((tag,))
+    enc(buf, cmd)
+    return bytes(buf)
+
+
+def decode(data: bytes) -> Command:
+    """Inverse of ``encode``; any other input raises InvalidArgument("command")."""
+    return _decode(data, nested=False)
+
+
+def _decode(data: bytes, nested: bool) -> Command:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise InvalidArgument("command", f"expected bytes, got {type(data).__name__}")
+    data = bytes(data)
+    if not data:
+        raise InvalidArgument("command", "empty")
+    codec = _CODECS.get(data[0])
+    if codec is None or (nested and codec[0] is Batch):
+        raise InvalidArgument("command", f"unknown command tag {data[0]}")
+    reader = Reader(data, 1)
+    try:
+        cmd: Command = codec[2](reader)
+        reader.end()
+    except (Malformed, InvalidArgument) as exc:
+        raise InvalidArgument("command", f"malformed {codec[0].__name__}: {exc}") from exc
+    return cmd

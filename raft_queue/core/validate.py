@@ -1,0 +1,64 @@
+"""Field checks for command dataclasses: each raises InvalidArgument(field).
+
+They run in ``__post_init__`` on the leader (before a command enters Raft)
+and again on decode, so they are cheap: type and range tests only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raft_queue.core.wire import U32_MAX, U64_MAX
+from raft_queue.errors import InvalidArgument
+
+# Keys and dedup ids become table keys (LMDB allows 511 bytes); SQS allows 128
+# characters for MessageGroupId and MessageDeduplicationId.
+MAX_SHORT_BYTES = 255
+
+
+def uint64(field: str, value: Any) -> None:
+    if type(value) is not int or not 0 <= value <= U64_MAX:
+        raise InvalidArgument(field, f"must be an integer in [0, 2**64), got {value!r}")
+
+
+def uint32(field: str, value: Any) -> None:
+    if type(value) is not int or not 0 <= value <= U32_MAX:
+        raise InvalidArgument(field, f"must be an integer in [0, 2**32), got {value!r}")
+
+
+def boolean(field: str, value: Any) -> None:
+    if type(value) is not bool:
+        raise InvalidArgument(field, f"must be a bool, got {value!r}")
+
+
+def string(field: str, value: Any) -> None:
+    if type(value) is not str:
+        raise InvalidArgument(field, f"must be a str, got {type(value).__name__}")
+
+
+def short_str(field: str, value: Any) -> None:
+    """A str of at most MAX_SHORT_BYTES bytes of UTF-8 (it may become a key)."""
+    string(field, value)
+    if len(value) > MAX_SHORT_BYTES // 4 and len(value.encode()) > MAX_SHORT_BYTES:
+        raise InvalidArgument(field, f"longer than {MAX_SHORT_BYTES} bytes of UTF-8")
+
+
+def headers(value: Any) -> None:
+    if type(value) is not tuple:
+        raise InvalidArgument("headers", "must be a tuple of (str, bytes) pairs")
+    for pair in value:
+        if (
+            type(pair) is not tuple
+            or len(pair) != 2
+            or type(pair[0]) is not str
+            or type(pair[1]) is not bytes
+        ):
+            raise InvalidArgument("headers", f"not a (str, bytes) pair: {pair!r}")
+
+
+def tuple_of(field: str, value: Any, kinds: type | tuple[type, ...]) -> None:
+    if type(value) is not tuple:
+        raise InvalidArgument(field, f"must be a tuple, got {type(value).__name__}")
+    for item in value:
+        if not isinstance(item, kinds) or isinstance(item, bool):
+            raise InvalidArgument(field, f"unexpected element {type(item).__name__}")
