@@ -1,0 +1,447 @@
+"""MetadataMachine: the replicated state of the metadata group (pure).
+
+State: nodes, queues (name -> spec, uid, created_ms), partition assignments
+and a ``version`` bumped by every change. Small, so it lives in memory and a
+snapshot is its deterministic JSON (``to_bytes``). Commands are frozen
+dataclasses, JSON-encoded on the Raft log (``encode_meta``/``decode_meta``):
+metadata changes are rare, so readability beats compactness here.
+
+``apply`` is deterministic: no clock, no random. The leader stamps ``now_ms``
+and computes placement (``core/placement.py``) before proposing, so a command
+carries its result; ``apply`` re-checks it against the current state, because
+two commands placed from the same state may conflict (then ``Unavailable``:
+retry, re-placing from the newer state). A rejected command changes nothing
+and raises the same error on every replica.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+from raft_queue import errors
+from raft_queue.config import IMMUTABLE_QUEUE_FIELDS, QueueSpec, check_name, check_queue_name
+
+NODE_STATES = ("alive", "suspect", "dead", "draining", "removed")
+_CODEC_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaRef:
+    """One replica of a partition: the node and the Raft port it listens on."""
+
+    node_id: str
+    raft_port: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionAssignment:
+    """A partition's replicas; the first is the preferred leader. ``epoch``
+    grows with every change of the replica list (fences stale changes).
+    """
+
+    partition: int
+    replicas: tuple[ReplicaRef, ...]
+    epoch: int = 1
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        return tuple(r.node_id for r in self.replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """A registered node. ``address`` is its gRPC host:port; replicas listen
+    on ``raft_host`` at ports from ``[raft_port_min, raft_port_max]``.
+    """
+
+    node_id: str
+    address: str
+    raft_host: str
+    raft_port_min: int
+    raft_port_max: int
+    rack: str = ""
+    controller: bool = False
+    state: str = "alive"
+    registered_ms: int = 0
+    state_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRecord:
+    """A queue. ``uid`` is unique forever, so a re-created queue of the same
+    name never reuses the old one's replica data.
+    """
+
+    name: str
+    spec: QueueSpec
+    uid: int
+    created_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class LocalReplica:
+    """A replica hosted by one node (what its reconciler must run)."""
+
+    queue: str
+    uid: int
+    partition: int
+    assignment: PartitionAssignment
+
+
+# ---- commands (the metadata group's Raft entries) -----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterNode:
+    """Join or rejoin; idempotent. Updates the address and ranges; a dead,
+    suspect or removed node becomes alive again (a draining one stays so).
+    """
+
+    node_id: str
+    address: str
+    raft_host: str
+    raft_port_min: int
+    raft_port_max: int
+    rack: str = ""
+    controller: bool = False
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SetNodeState:
+    """Liveness or operator change; ``removed`` needs the node to host nothing."""
+
+    node_id: str
+    state: str
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CreateQueue:
+    """Create with pre-computed ``assignments`` (one per partition, in order).
+    Same name and spec as an existing queue: returns it (idempotent retry).
+    """
+
+    name: str
+    config: QueueSpec
+    assignments: tuple[PartitionAssignment, ...]
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateQueue:
+    """Replace the spec; IMMUTABLE_QUEUE_FIELDS must stay as they are."""
+
+    name: str
+    config: QueueSpec
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteQueue:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetAssignment:
+    """Move a partition's replicas (reassignment, repair, leader preference).
+    ``epoch`` must exceed the current one; ``uid`` (if not 0) must be the
+    queue's, so a change meant for a deleted queue cannot hit its successor.
+    """
+
+    queue: str
+    partition: int
+    replicas: tuple[ReplicaRef, ...]
+    epoch: int
+    uid: int = 0
+
+
+MetaCommand = RegisterNode | SetNodeState | CreateQueue | UpdateQueue | DeleteQueue | SetAssignment
+_COMMANDS: dict[str, type[Any]] = {
+    cls.__name__: cls
+    for cls in (RegisterNode, SetNodeState, CreateQueue, UpdateQueue, DeleteQueue, SetAssignment)
+}
+
+
+def encode_meta(cmd: MetaCommand) -> bytes:
+    """One Raft entry: ``{"v": 1, "type": <class name>, <fields>}`` as compact JSON."""
+    body = {name: _plain(getattr(cmd, name)) for name in cmd.__dataclass_fields__}
+    return _dump({"v": _CODEC_VERSION, "type": type(cmd).__name__, **body})
+
+
+def decode_meta(data: bytes) -> MetaCommand:
+    """Inverse of encode_meta; a malformed entry is Internal (log corruption)."""
+    try:
+        obj = json.loads(data)
+        if obj.pop("v") != _CODEC_VERSION:
+            raise ValueError("unknown codec version")
+        cls = _COMMANDS[obj.pop("type")]
+        fields = {name: _typed(name, value) for name, value in obj.items()}
+        cmd: MetaCommand = cls(**fields)
+    except (ValueError, KeyError, TypeError, errors.InvalidArgument) as exc:
+        raise errors.Internal(f"undecodable metadata entry: {exc!r}") from exc
+    return cmd
+
+
+def _plain(value: Any) -> Any:
+    """Dataclass values -> JSON values (tuples become lists)."""
+    if isinstance(value, QueueSpec):
+        return value.to_dict()
+    if isinstance(value, ReplicaRef):
+        return [value.node_id, value.raft_port]
+    if isinstance(value, PartitionAssignment):
+        return {"partition": value.partition, "epoch": value.epoch,
+                "replicas": _plain(value.replicas)}  # fmt: skip
+    if isinstance(value, NodeInfo):
+        return {name: getattr(value, name) for name in value.__dataclass_fields__}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _typed(name: str, value: Any) -> Any:
+    """JSON values -> dataclass values, by field name (the names are unique)."""
+    if name == "config":
+        return QueueSpec.from_dict(value)
+    if name == "replicas":
+        return tuple(ReplicaRef(str(node), int(port)) for node, port in value)
+    if name == "assignments":
+        return tuple(_assignment(a) for a in value)
+    return value
+
+
+def _assignment(obj: dict[str, Any]) -> PartitionAssignment:
+    return PartitionAssignment(obj["partition"], _typed("replicas", obj["replicas"]), obj["epoch"])
+
+
+def _dump(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+# ---- the machine ----------------------------------------------------------------------------
+
+
+class MetadataMachine:
+    """The metadata state; only ``apply`` changes it (on the Raft apply thread).
+    Query results are immutable values, safe to hand to other threads.
+    """
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, NodeInfo] = {}
+        self._queues: dict[str, QueueRecord] = {}
+        self._assignments: dict[str, tuple[PartitionAssignment, ...]] = {}
+        self._next_uid = 1
+        self.version = 0
+
+    # -- queries --
+    def queue(self, name: str) -> QueueRecord | None:
+        return self._queues.get(name)
+
+    def queues(self) -> list[QueueRecord]:
+        """Every queue, by name."""
+        return [self._queues[name] for name in sorted(self._queues)]
+
+    def nodes(self) -> dict[str, NodeInfo]:
+        """node_id -> NodeInfo, in node id order (a copy)."""
+        return {node_id: self._nodes[node_id] for node_id in sorted(self._nodes)}
+
+    def assignments(self, queue: str) -> list[PartitionAssignment]:
+        """The queue's partitions in order; [] for an unknown queue."""
+        return list(self._assignments.get(queue, ()))
+
+    def all_assignments(self) -> list[PartitionAssignment]:
+        """Every partition of every queue (placement's view of node load)."""
+        return [a for name in sorted(self._assignments) for a in self._assignments[name]]
+
+    def replicas_on(self, node_id: str) -> list[LocalReplica]:
+        """The replicas ``node_id`` must host, by queue then partition."""
+        return [
+            LocalReplica(q.name, q.uid, a.partition, a)
+            for q in self.queues()
+            for a in self._assignments[q.name]
+            if node_id in a.node_ids
+        ]
+
+    # -- apply --
+    def apply(self, cmd: MetaCommand) -> Any:
+        """Apply one command; returns its result or raises a QueueError (then
+        nothing changed). Results: NodeInfo, QueueRecord or PartitionAssignment.
+        """
+        handler = getattr(self, "_apply_" + type(cmd).__name__, None)
+        if handler is None:
+            raise errors.Internal(f"not a metadata command: {cmd!r}")
+        return handler(cmd)
+
+    def _changed(self) -> None:
+        self.version += 1
+
+    def _apply_RegisterNode(self, cmd: RegisterNode) -> NodeInfo:
+        check_name("node_id", cmd.node_id)
+        if not 0 < cmd.raft_port_min <= cmd.raft_port_max <= 65535:
+            raise errors.InvalidArgument("raft_port_min", "bad raft port range")
+        old = self._nodes.get(cmd.node_id)
+        for held in self.replicas_on(cmd.node_id):
+            port = _port_of(held.assignment, cmd.node_id)
+            if not cmd.raft_port_min <= port <= cmd.raft_port_max:
+                raise errors.FailedPrecondition(
+                    f"node {cmd.node_id} hosts a replica on port {port}, outside the new range"
+                )
+        state = "draining" if old is not None and old.state == "draining" else "alive"
+        node = NodeInfo(
+            cmd.node_id, cmd.address, cmd.raft_host, cmd.raft_port_min, cmd.raft_port_max,
+            cmd.rack, cmd.controller, state,
+            registered_ms=old.registered_ms if old else cmd.now_ms,
+            state_ms=old.state_ms if old and old.state == state else cmd.now_ms,
+        )  # fmt: skip
+        if node != old:
+            self._nodes[cmd.node_id] = node
+            self._changed()
+        return node
+
+    def _apply_SetNodeState(self, cmd: SetNodeState) -> NodeInfo:
+        old = self._node(cmd.node_id)
+        if cmd.state not in NODE_STATES:
+            raise errors.InvalidArgument("state", f"{cmd.state!r} not one of {NODE_STATES}")
+        if cmd.state == "removed" and self.replicas_on(cmd.node_id):
+            raise errors.FailedPrecondition(f"node {cmd.node_id} still hosts replicas")
+        if old.state == cmd.state:
+            return old
+        node = replace(old, state=cmd.state, state_ms=cmd.now_ms)
+        self._nodes[cmd.node_id] = node
+        self._changed()
+        return node
+
+    def _apply_CreateQueue(self, cmd: CreateQueue) -> QueueRecord:
+        check_queue_name(cmd.name)
+        existing = self._queues.get(cmd.name)
+        if existing is not None:
+            if existing.spec == cmd.config:
+                return existing
+            raise errors.AlreadyExists(f"queue {cmd.name!r} exists with a different config")
+        self._check_dead_letter(cmd.name, cmd.config)
+        if [a.partition for a in cmd.assignments] != list(range(cmd.config.partitions)):
+            raise errors.Internal("assignments must cover partitions 0..n-1 in order")
+        ports = self._used_ports()
+        for a in cmd.assignments:
+            if len(a.replicas) != cmd.config.replication_factor:
+                raise errors.Internal(f"partition {a.partition}: wrong replica count")
+            self._check_replicas(a.replicas, ports)
+            ports.update((r.node_id, r.raft_port) for r in a.replicas)
+        record = QueueRecord(cmd.name, cmd.config, self._next_uid, cmd.now_ms)
+        self._next_uid += 1
+        self._queues[cmd.name] = record
+        self._assignments[cmd.name] = tuple(cmd.assignments)
+        self._changed()
+        return record
+
+    def _apply_UpdateQueue(self, cmd: UpdateQueue) -> QueueRecord:
+        old = self._queue(cmd.name)
+        for name in IMMUTABLE_QUEUE_FIELDS:
+            if getattr(cmd.config, name) != getattr(old.spec, name):
+                raise errors.InvalidArgument(name, "cannot be changed after creation")
+        self._check_dead_letter(cmd.name, cmd.config)
+        if cmd.config == old.spec:
+            return old
+        record = replace(old, spec=cmd.config)
+        self._queues[cmd.name] = record
+        self._changed()
+        return record
+
+    def _apply_DeleteQueue(self, cmd: DeleteQueue) -> QueueRecord:
+        record = self._queue(cmd.name)
+        del self._queues[cmd.name]
+        del self._assignments[cmd.name]
+        self._changed()
+        return record
+
+    def _apply_SetAssignment(self, cmd: SetAssignment) -> PartitionAssignment:
+        record = self._queue(cmd.queue)
+        if cmd.uid and cmd.uid != record.uid:
+            raise errors.FailedPrecondition(f"queue {cmd.queue!r} was re-created (uid)")
+        current = self._assignments[cmd.queue]
+        if not 0 <= cmd.partition < len(current):
+            raise errors.InvalidArgument("partition", f"{cmd.partition} out of range")
+        old = current[cmd.partition]
+        if cmd.epoch <= old.epoch:
+            raise errors.FailedPrecondition(f"stale epoch {cmd.epoch} <= {old.epoch}")
+        others = self._used_ports() - {(r.node_id, r.raft_port) for r in old.replicas}
+        self._check_replicas(cmd.replicas, others)
+        new = PartitionAssignment(cmd.partition, cmd.replicas, cmd.epoch)
+        self._assignments[cmd.queue] = (*current[: cmd.partition], new,
+                                        *current[cmd.partition + 1 :])  # fmt: skip
+        self._changed()
+        return new
+
+    # -- checks --
+    def _node(self, node_id: str) -> NodeInfo:
+        node = self._nodes.get(node_id)
+        if node is None:
+            raise errors.NotFound(f"node {node_id!r} is not registered")
+        return node
+
+    def _queue(self, name: str) -> QueueRecord:
+        record = self._queues.get(name)
+        if record is None:
+            raise errors.NotFound(f"queue {name!r} does not exist")
+        return record
+
+    def _check_dead_letter(self, name: str, spec: QueueSpec) -> None:
+        dlq = spec.dead_letter_queue
+        if dlq == name:
+            raise errors.InvalidArgument("dead_letter_queue", "a queue cannot be its own DLQ")
+        if dlq and dlq not in self._queues:
+            raise errors.InvalidArgument("dead_letter_queue", f"queue {dlq!r} does not exist")
+
+    def _used_ports(self) -> set[tuple[str, int]]:
+        return {(r.node_id, r.raft_port) for a in self.all_assignments() for r in a.replicas}
+
+    def _check_replicas(self, replicas: tuple[ReplicaRef, ...], used: set[tuple[str, int]]) -> None:
+        """Known nodes, one replica per node, ports in range and free, else the
+        placement was computed from an older state: Unavailable (re-place).
+        """
+        if not replicas or len({r.node_id for r in replicas}) != len(replicas):
+            raise errors.InvalidArgument("replicas", "need one or more distinct nodes")
+        for r in replicas:
+            node = self._nodes.get(r.node_id)
+            if node is None or node.state == "removed":
+                raise errors.Unavailable(f"placement names unknown node {r.node_id!r}; retry")
+            if not node.raft_port_min <= r.raft_port <= node.raft_port_max:
+                raise errors.Unavailable(f"port {r.raft_port} outside {r.node_id}'s range; retry")
+            if (r.node_id, r.raft_port) in used:
+                raise errors.Unavailable(f"port {r.raft_port} on {r.node_id} is taken; retry")
+
+    # -- snapshots --
+    def to_bytes(self) -> bytes:
+        """Deterministic JSON: equal states give equal bytes on every replica."""
+        return _dump({
+            "version": self.version,
+            "next_uid": self._next_uid,
+            "nodes": [_plain(n) for n in self.nodes().values()],
+            "queues": [
+                {"name": q.name, "uid": q.uid, "created_ms": q.created_ms,
+                 "spec": q.spec.to_dict(), "assignments": _plain(self._assignments[q.name])}
+                for q in self.queues()
+            ],
+        })  # fmt: skip
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> MetadataMachine:
+        """Inverse of to_bytes; a malformed image is Internal."""
+        machine = cls()
+        try:
+            obj = json.loads(data)
+            machine.version, machine._next_uid = obj["version"], obj["next_uid"]
+            for n in obj["nodes"]:
+                machine._nodes[n["node_id"]] = NodeInfo(**n)
+            for q in obj["queues"]:
+                spec = QueueSpec.from_dict(q["spec"])
+                machine._queues[q["name"]] = QueueRecord(q["name"], spec, q["uid"], q["created_ms"])
+                machine._assignments[q["name"]] = _typed("assignments", q["assignments"])
+        except (ValueError, KeyError, TypeError, errors.InvalidArgument) as exc:
+            raise errors.Internal(f"bad metadata snapshot: {exc!r}") from exc
+        return machine
+
+
+def _port_of(assignment: PartitionAssignment, node_id: str) -> int:
+    return next(r.raft_port for r in assignment.replicas if r.node_id == node_id)
