@@ -86,13 +86,21 @@ class FakeCluster:
         self.servers.append(server)
         self.addresses.append(f"127.0.0.1:{port}")
 
-    def reset(self) -> None:
+    def __enter__(self) -> FakeCluster:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    def reset(self) -> FakeCluster:
+        """Forget all state between tests (servers keep running); returns self."""
         with self.lock:
             self.queues: dict[str, FakeQueue] = {}
             self.leaders: dict[tuple[str, int], int] = {}
             self.calls: list[tuple[int, str, object]] = []
             self.failures: list[Failure] = []
             self.forward = True  # False: non-leaders answer NotLeader
+        return self
 
     def stop(self) -> None:
         for server in self.servers:
@@ -351,15 +359,13 @@ FakeAdminService = _servicer(admin_pb2_grpc.AdminServiceServicer, ADMIN_RPCS)
 
 @pytest.fixture(scope="module")
 def cluster_servers():
-    cluster = FakeCluster(nodes=2)
-    yield cluster
-    cluster.stop()
+    with FakeCluster(nodes=2) as servers:
+        yield servers
 
 
 @pytest.fixture
 def cluster(cluster_servers):
-    cluster_servers.reset()
-    return cluster_servers
+    return cluster_servers.reset()
 
 
 @pytest.fixture

@@ -1,0 +1,1 @@
+"""The ``raftq`` command line (entry point: ``raft_queue.cli.main:main``)."""

@@ -1,0 +1,116 @@
+"""``raftq``: the ops CLI, a thin layer over the SDK (``raft_queue.client``).
+
+Exit codes: 0 success, 1 a failed operation (one line on stderr: the
+QueueError's message, which names the field for bad input), 2 a usage error
+(click's own). Never a traceback, unless ``RAFTQ_DEBUG`` is set.
+
+Other engineers add command groups from their own modules (``node``,
+``dev``, ``bench``): each module exposes a click command named like the
+module and is registered at the bottom of this file.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+from raft_queue.cli.cluster import cluster
+from raft_queue.cli.messages import ack, nack, read, receive, send
+from raft_queue.cli.partitions import partitions
+from raft_queue.cli.queue import queue
+from raft_queue.client import Client
+from raft_queue.errors import QueueError
+
+DEFAULT_SERVER = "127.0.0.1:7101"
+
+
+class Session:
+    """Per-invocation state: where to connect, and the client made on first use."""
+
+    def __init__(self, server: str, timeout_s: float) -> None:
+        self.server = server
+        self.timeout_s = timeout_s
+        self._client: Client | None = None
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = Client(self.server, timeout_s=self.timeout_s)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+class RaftqGroup(click.Group):
+    """The root group: maps errors to one stderr line and exit code 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except QueueError as exc:
+            raise click.ClickException(exc.message) from exc
+        except Exception as exc:
+            if os.environ.get("RAFTQ_DEBUG"):
+                raise
+            raise click.ClickException(f"internal error: {type(exc).__name__}: {exc}") from exc
+
+
+@click.group(cls=RaftqGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--server",
+    envvar="RAFTQ_SERVER",
+    default=DEFAULT_SERVER,
+    show_default=True,
+    show_envvar=True,
+    help="Node address(es), comma separated; any node accepts any request.",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="Seconds per command, retries included.",
+)
+@click.pass_context
+def main(ctx: click.Context, server: str, timeout_s: float) -> None:
+    """raftq: operate a raft_queue cluster."""
+    session = Session(server, timeout_s)
+    ctx.obj = session
+    ctx.call_on_close(session.close)
+
+
+for _command in (cluster, queue, partitions, send, receive, ack, nack, read):
+    main.add_command(_command)
+
+
+# Commands owned by another engineer (node process, local dev cluster, bench).
+# Each is optional: a module that is missing must not break the rest of the CLI.
+try:
+    from raft_queue.cli.node import node
+
+    main.add_command(node)
+except ImportError:
+    pass
+try:
+    from raft_queue.cli.dev import dev
+
+    main.add_command(dev)
+except ImportError:
+    pass
+try:
+    from raft_queue.cli.bench import bench
+
+    main.add_command(bench)
+except ImportError:
+    pass
+
+
+if __name__ == "__main__":
+    main(prog_name="raftq")

@@ -1,0 +1,218 @@
+"""``raftq send | receive | ack | nack | read``: move messages from the shell.
+
+``send`` takes bodies as arguments and/or one message per line of ``--file``
+(``-`` = stdin; empty lines are skipped). ``receive`` leases, prints, then
+acks what it printed unless ``--no-ack`` (then the receipts are shown for a
+later ``raftq ack``). Times are seconds on the command line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import IO, TYPE_CHECKING
+
+import click
+
+from raft_queue.cli.output import (
+    body_preview,
+    json_option,
+    print_json,
+    print_line,
+    print_table,
+    timestamp,
+)
+from raft_queue.client import Message, OutgoingMessage, ReceiptResult
+
+if TYPE_CHECKING:
+    from raft_queue.cli.main import Session
+
+SECONDS = click.FloatRange(min=0)
+
+
+def _ms(seconds: float | None) -> int | None:
+    return None if seconds is None else round(seconds * 1000)
+
+
+def _parse_headers(pairs: Sequence[str]) -> dict[str, bytes]:
+    headers: dict[str, bytes] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{pair!r} is not K=V", param_hint="--header")
+        headers[name] = value.encode("utf-8")
+    return headers
+
+
+def _bodies(bodies: Sequence[str], file: IO[bytes] | None) -> list[bytes]:
+    """Arguments first, then the file's non-empty lines (without their line ending)."""
+    out = [b.encode("utf-8") for b in bodies]
+    if file is not None:
+        lines = (line.rstrip(b"\r\n") for line in file)
+        out.extend(line for line in lines if line)
+    if not out:
+        raise click.UsageError("nothing to send: give BODY arguments or --file")
+    return out
+
+
+@click.command()
+@click.argument("queue")
+@click.argument("bodies", nargs=-1)
+@click.option("--key", default="", help="Message key: same key, same partition (and order).")
+@click.option("--file", type=click.File("rb"), help="One message per line; '-' reads stdin.")
+@click.option("--dedup-id", help="Idempotency key (one message only); default: a fresh uuid.")
+@click.option("--delay", type=SECONDS, default=0, help="Invisible for this long, seconds.")
+@click.option("--header", "header_pairs", multiple=True, metavar="K=V", help="Repeatable.")
+@click.option("--partition", type=click.IntRange(min=0), help="Bypass key hashing.")
+@json_option
+@click.pass_obj
+def send(
+    session: Session,
+    queue: str,
+    bodies: tuple[str, ...],
+    key: str,
+    file: IO[bytes] | None,
+    dedup_id: str | None,
+    delay: float,
+    header_pairs: tuple[str, ...],
+    partition: int | None,
+    as_json: bool,
+) -> None:
+    """Send BODY... (and/or --file lines) to QUEUE; prints where each was stored."""
+    payloads = _bodies(bodies, file)
+    if dedup_id and len(payloads) > 1:
+        raise click.UsageError("--dedup-id applies to one message; this sends several")
+    headers = _parse_headers(header_pairs)
+    messages = [
+        OutgoingMessage(body, key, headers, dedup_id, _ms(delay) or 0, partition)
+        for body in payloads
+    ]
+    results = session.client.send_batch(queue, messages)
+    if as_json:
+        print_json(results)
+        return
+    print_table(
+        ("#", "partition", "offset", "duplicate", "durability"),
+        ((i, r.partition, r.offset, r.duplicate, r.durability) for i, r in enumerate(results)),
+    )
+
+
+@click.command()
+@click.argument("queue")
+@click.option("--max", "max_messages", type=click.IntRange(1, 1000), default=1, show_default=True)
+@click.option("--wait", type=click.FloatRange(0, 20), default=0, help="Long poll, seconds.")
+@click.option("--visibility", type=SECONDS, help="Lease length, seconds (queue default).")
+@click.option("--no-ack", is_flag=True, help="Keep the leases; print receipts to ack later.")
+@click.option("--consumer", default="raftq", show_default=True, help="Consumer id.")
+@json_option
+@click.pass_obj
+def receive(
+    session: Session,
+    queue: str,
+    max_messages: int,
+    wait: float,
+    visibility: float | None,
+    no_ack: bool,
+    consumer: str,
+    as_json: bool,
+) -> None:
+    """Lease up to --max messages of QUEUE, print them, and ack them unless --no-ack."""
+    client = session.client
+    messages = client.receive(queue, max_messages, _ms(visibility), _ms(wait) or 0, consumer)
+    if as_json:
+        print_json(messages)
+    else:
+        _print_messages(messages, receipts=no_ack)
+    if messages and not no_ack:
+        _fail_on_bad_receipts(client.ack(queue, messages), "ack")
+
+
+def _print_messages(messages: Sequence[Message], *, receipts: bool) -> None:
+    if not messages:
+        print_line("no messages")
+        return
+    columns = ["partition", "offset", "key", "receives", "timestamp", "body"]
+    rows = []
+    for m in messages:
+        row = [
+            m.partition,
+            m.offset,
+            m.key,
+            m.receive_count,
+            timestamp(m.timestamp_ms),
+            body_preview(m.body),
+        ]
+        rows.append([*row, m.receipt] if receipts else row)
+    print_table([*columns, "receipt"] if receipts else columns, rows)
+
+
+def _fail_on_bad_receipts(results: Sequence[ReceiptResult], verb: str) -> None:
+    """Exit 1 naming how many receipts were refused, and why (after printing the rest)."""
+    bad = [r for r in results if not r.ok]
+    if bad:
+        reasons = sorted({r.error or "refused" for r in bad})
+        raise click.ClickException(
+            f"{verb} failed for {len(bad)} of {len(results)} receipts: {'; '.join(reasons)}"
+        )
+
+
+def _print_receipts(results: Sequence[ReceiptResult], as_json: bool, verb: str) -> None:
+    if as_json:
+        print_json(results)
+    else:
+        print_table(("receipt", "ok", "error"), ((r.receipt, r.ok, r.error) for r in results))
+    _fail_on_bad_receipts(results, verb)
+
+
+@click.command()
+@click.argument("queue")
+@click.argument("receipts", nargs=-1, required=True)
+@json_option
+@click.pass_obj
+def ack(session: Session, queue: str, receipts: tuple[str, ...], as_json: bool) -> None:
+    """Delete leased messages of QUEUE by RECEIPT (exit 1 if any is refused)."""
+    _print_receipts(session.client.ack(queue, list(receipts)), as_json, "ack")
+
+
+@click.command()
+@click.argument("queue")
+@click.argument("receipts", nargs=-1, required=True)
+@click.option("--delay", type=SECONDS, default=0, help="Visible again after, seconds.")
+@json_option
+@click.pass_obj
+def nack(
+    session: Session, queue: str, receipts: tuple[str, ...], delay: float, as_json: bool
+) -> None:
+    """Give leased messages of QUEUE back by RECEIPT (exit 1 if any is refused)."""
+    results = session.client.nack(queue, list(receipts), delay_ms=_ms(delay) or 0)
+    _print_receipts(results, as_json, "nack")
+
+
+@click.command()
+@click.argument("queue")
+@click.option("--partition", type=click.IntRange(min=0), required=True)
+@click.option("--offset", type=click.IntRange(min=0), required=True)
+@click.option(
+    "--max", "max_messages", type=click.IntRange(1, 10000), default=100, show_default=True
+)
+@json_option
+@click.pass_obj
+def read(
+    session: Session, queue: str, partition: int, offset: int, max_messages: int, as_json: bool
+) -> None:
+    """Read QUEUE's partition from an offset, without leasing (replay, as Kafka)."""
+    result = session.client.read(queue, partition, offset, max_messages)
+    if as_json:
+        print_json(result)
+        return
+    print_table(
+        ("offset", "key", "timestamp", "dedup id", "body"),
+        (
+            (m.offset, m.key, timestamp(m.timestamp_ms), m.dedup_id, body_preview(m.body))
+            for m in result.messages
+        ),
+        title=f"{queue} partition {partition}",
+    )
+    print_line(
+        f"next offset {result.next_offset}; partition holds "
+        f"[{result.earliest_offset}, {result.latest_offset})"
+    )

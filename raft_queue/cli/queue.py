@@ -1,0 +1,157 @@
+"""``raftq queue ...``: create, list, describe and delete queues.
+
+Durations are given in seconds on the command line (as people think of
+them) and sent as the API's milliseconds; sizes are bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from raft_queue.cli.output import (
+    json_option,
+    print_fields,
+    print_json,
+    print_line,
+    print_table,
+    timestamp,
+)
+from raft_queue.client import QueueInfo
+from raft_queue.client.models import DURABILITIES, ORDERINGS
+
+if TYPE_CHECKING:
+    from raft_queue.cli.main import Session
+
+SECONDS = click.FloatRange(min=0)
+COUNT = click.IntRange(min=0)
+
+# option name -> (QueueConfig field, scale from the option's unit to the field's)
+CONFIG_OPTIONS: dict[str, tuple[str, int]] = {
+    "visibility_timeout": ("visibility_timeout_ms", 1000),
+    "delay": ("delay_ms", 1000),
+    "dedup_window": ("dedup_window_ms", 1000),
+    "retention": ("retention_ms", 1000),
+    "max_receives": ("max_receives", 1),
+    "retention_bytes": ("retention_bytes", 1),
+    "max_message_bytes": ("max_message_bytes", 1),
+}
+
+
+@click.group()
+def queue() -> None:
+    """Create, list, describe and delete queues."""
+
+
+@queue.command("create")
+@click.argument("name")
+@click.option("--partitions", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--replication", type=click.IntRange(min=1), help="Replicas per partition.")
+@click.option("--durability", type=click.Choice(DURABILITIES), help="When a send is acked.")
+@click.option("--ordering", type=click.Choice(ORDERINGS), help="fifo: per key, one in flight.")
+@click.option("--visibility-timeout", type=SECONDS, help="Lease length, seconds.")
+@click.option("--max-receives", type=COUNT, help="Dead-letter after N receives (0 = never).")
+@click.option("--dead-letter-queue", help="Where messages over --max-receives go.")
+@click.option("--delay", type=SECONDS, help="Delay before a new message is visible, seconds.")
+@click.option("--dedup-window", type=SECONDS, help="How long dedup ids are kept, seconds.")
+@click.option(
+    "--retention", type=SECONDS, help="Keep messages this long, seconds (0 = until acked)."
+)
+@click.option("--retention-bytes", type=COUNT, help="Size bound per partition (0 = none).")
+@click.option("--max-message-bytes", type=click.IntRange(min=1), help="Largest message body.")
+@json_option
+@click.pass_obj
+def create(
+    session: Session,
+    name: str,
+    partitions: int,
+    replication: int | None,
+    as_json: bool,
+    **options: Any,
+) -> None:
+    """Create queue NAME; options not given take the cluster's defaults."""
+    config = _config_from_options(options)
+    info = session.client.create_queue(
+        name, partitions=partitions, replication_factor=replication, **config
+    )
+    _show(info, as_json)
+
+
+def _config_from_options(options: dict[str, Any]) -> dict[str, Any]:
+    """CLI options (seconds, names) -> QueueConfig fields (milliseconds); None = not given."""
+    config: dict[str, Any] = {
+        "durability": options.pop("durability"),
+        "ordering": options.pop("ordering"),
+        "dead_letter_queue": options.pop("dead_letter_queue"),
+    }
+    for option, (field_name, scale) in CONFIG_OPTIONS.items():
+        value = options.pop(option)
+        config[field_name] = None if value is None else round(value * scale)
+    return {k: v for k, v in config.items() if v is not None}
+
+
+@queue.command("list")
+@json_option
+@click.pass_obj
+def list_(session: Session, as_json: bool) -> None:
+    """All queues with their size and depth."""
+    queues = session.client.list_queues()
+    if as_json:
+        print_json(queues)
+        return
+    print_table(
+        ("name", "partitions", "replication", "durability", "ordering", "messages", "in flight"),
+        (
+            (
+                q.name,
+                q.partitions,
+                q.config.replication_factor,
+                q.config.durability,
+                q.config.ordering,
+                q.messages,
+                q.in_flight,
+            )
+            for q in queues
+        ),
+    )
+
+
+@queue.command("describe")
+@click.argument("name")
+@json_option
+@click.pass_obj
+def describe(session: Session, name: str, as_json: bool) -> None:
+    """Queue NAME's configuration (effective values) and depth."""
+    _show(session.client.get_queue(name), as_json)
+
+
+@queue.command("delete")
+@click.argument("name")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+@click.pass_obj
+def delete(session: Session, name: str, yes: bool, as_json: bool) -> None:
+    """Delete queue NAME and every message in it."""
+    if not yes:
+        click.confirm(f"Delete queue {name!r} and all its messages?", abort=True, err=True)
+    session.client.delete_queue(name)
+    if as_json:
+        print_json({"deleted": name})
+    else:
+        print_line(f"deleted queue {name}")
+
+
+def _show(info: QueueInfo, as_json: bool) -> None:
+    if as_json:
+        print_json(info)
+        return
+    pairs: list[tuple[str, Any]] = [
+        ("name", info.name),
+        ("created", timestamp(info.created_ms)),
+        ("messages", info.messages),
+        ("in flight", info.in_flight),
+    ]
+    pairs += [(f.name, getattr(info.config, f.name)) for f in dataclasses.fields(info.config)]
+    print_fields(pairs, title=f"queue {info.name}")
