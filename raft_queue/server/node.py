@@ -35,6 +35,9 @@ from raft_queue.server.convert import partition_config
 
 log = logging.getLogger(__name__)
 
+PREFER_AFTER_S = 3.0  # a leader keeps leading this long before handing over
+PREFER_RETRY_S = 5.0
+
 
 @dataclass(frozen=True, slots=True)
 class ReplicaKey:
@@ -64,6 +67,7 @@ class Node:
         self.metadata: MetadataReplica | None = None
         self.replicas: dict[ReplicaKey, PartitionReplica] = {}
         self.configured: dict[ReplicaKey, Any] = {}
+        self._leader_since: dict[ReplicaKey, float] = {}
         self._changed = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.started_at = time.monotonic()
@@ -180,6 +184,34 @@ class Node:
             self.configured.pop(key, None)
             shutil.rmtree(self._replica_dir(key), ignore_errors=True)
         self._configure_leaders()
+        self._prefer_leaders()
+
+    def _prefer_leaders(self) -> None:
+        """Hand leadership to each partition's preferred replica (the first),
+        so leaders stay spread as placement intended, after failovers too.
+        pysyncobj only transfers to a fully caught-up follower; we try at most
+        every PREFER_RETRY_S per partition, after PREFER_AFTER_S of stable lead."""
+        now = time.monotonic()
+        for key, replica in list(self.replicas.items()):
+            if not replica.is_leader():
+                self._leader_since.pop(key, None)
+                continue
+            since = self._leader_since.setdefault(key, now)
+            target = self._preferred_address(key)
+            if target is None or now - since < PREFER_AFTER_S:
+                continue
+            self._leader_since[key] = now + PREFER_RETRY_S - PREFER_AFTER_S
+            self.host.call(lambda r=replica, t=target: r.transferLeadership(t))
+
+    def _preferred_address(self, key: ReplicaKey) -> str | None:
+        for a in self.view.assignments(key.queue):
+            if a.partition == key.partition and a.replicas:
+                first = a.replicas[0]
+                node = self.view.nodes().get(first.node_id)
+                if first.node_id == self.id or node is None:
+                    return None
+                return f"{node.raft_host}:{first.raft_port}"
+        return None
 
     def _configure_leaders(self) -> None:
         """Every local leader applies its queue's current config once (the

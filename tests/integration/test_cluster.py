@@ -113,3 +113,29 @@ def test_killing_every_node_keeps_every_acknowledged_message(cluster: LocalClust
         missing = [b for b, where in acked.items() if stored.get(where) != b]
         assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {missing[:3]}"
         wait_identical_replicas(client, "ledger")
+
+
+def test_a_follower_behind_a_compacted_log_catches_up_from_a_snapshot(tmp_path) -> None:
+    # Compact after 40 entries so the restarted node must install an LMDB image.
+    c = LocalCluster(tmp_path / "c", nodes=3, raft={"log_compaction_min_entries": 40})
+    c.start()
+    try:
+        c.wait_ready(60)
+        with c.client(timeout_s=20.0) as client:
+            client.create_queue("snap", partitions=1, replication_factor=3)
+            leader = client.partitions("snap")[0].leader
+            follower = next(i for i in range(3) if f"n{i + 1}" != leader)
+            c.kill(follower)
+            acked = {}
+            for k in range(150):  # 150 entries: several compactions on the live nodes
+                bodies = [b"snap-%05d" % (k * 10 + j) for j in range(10)]
+                for body, res in zip(bodies, client.send_batch("snap", bodies), strict=True):
+                    acked[body] = (res.partition, res.offset)
+            c.start(follower)
+            wait_identical_replicas(client, "snap", timeout_s=60)
+            stored = read_all(client, "snap")
+            assert all(stored.get(where) == body for body, where in acked.items())
+            snapshots = list((c.specs[follower].dir / "data" / "partitions").glob("*/raft.dump"))
+            assert snapshots, "the follower did not receive a snapshot"
+    finally:
+        c.stop()
