@@ -107,10 +107,14 @@ class _Gate:
                 if self._active == 0:
                     self._cond.notify_all()
 
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
+    def check_outside(self) -> None:
+        """Internal if this thread is inside a transaction (exclusive would hang)."""
         if self._depth():
             raise errors.Internal("store maintenance requested inside an open transaction")
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        self.check_outside()
         with self._cond:
             while self._exclusive:
                 self._cond.wait()
@@ -375,6 +379,7 @@ class LmdbStore:
         directories and reopen. A crash mid-swap is repaired at next open.
         """
         self._check_open()
+        self._gate.check_outside()
         staging = _sibling(self._path, ".restore")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)

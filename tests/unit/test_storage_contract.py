@@ -383,3 +383,17 @@ def test_lmdb_open_finishes_a_restore_interrupted_after_staging(tmp_path: Path) 
         assert not staging.exists() and not (tmp_path / "dst.old").exists()
     finally:
         recovered.close()
+
+
+def test_lmdb_maintenance_inside_an_open_txn_is_an_error_not_a_deadlock(tmp_path: Path) -> None:
+    store = LmdbStore(tmp_path / "env", TABLES)
+    image = tmp_path / "image"
+    try:
+        with open(image, "wb") as f:
+            store.snapshot_to(f)
+        with store.begin(), pytest.raises(errors.Internal):
+            store.restore_from(image)  # would wait forever for this very txn
+        assert not (tmp_path / "env.restore").exists()
+        store.restore_from(image)
+    finally:
+        store.close()
