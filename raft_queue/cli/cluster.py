@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import click
 
-from raft_queue.cli.output import json_option, print_json, print_line, print_table
+from raft_queue.cli.output import Column, json_option, print_json, print_line, print_objects
 from raft_queue.client import ClusterStatus
 
 if TYPE_CHECKING:
@@ -31,53 +32,39 @@ def status(session: Session, digests: bool, as_json: bool) -> None:
     _print_status(result, digests)
 
 
+NODE_COLUMNS: list[Column] = [
+    ("node", attrgetter("id")),
+    ("address", attrgetter("address")),
+    ("state", attrgetter("state")),
+    ("controller", attrgetter("controller")),
+    ("metadata leader", attrgetter("metadata_leader")),
+    ("rack", lambda n: n.rack or "-"),
+    ("heartbeat age", lambda n: f"{n.last_heartbeat_age_ms} ms"),
+]
+
+REPLICA_COLUMNS: list[Column] = [
+    ("queue", attrgetter("queue")),
+    ("partition", attrgetter("partition")),
+    ("node", attrgetter("node")),
+    ("role", attrgetter("role")),
+    ("leader", lambda r: r.leader or "-"),
+    ("term", attrgetter("term")),
+    ("commit", attrgetter("commit_index")),
+    ("applied", attrgetter("last_applied")),
+    ("next offset", attrgetter("next_offset")),
+    ("quorum", attrgetter("has_quorum")),
+]
+
+
 def _print_status(result: ClusterStatus, digests: bool) -> None:
-    print_table(
-        ("node", "address", "state", "controller", "metadata leader", "rack", "heartbeat age"),
-        (
-            (
-                n.id,
-                n.address,
-                n.state,
-                n.controller,
-                n.metadata_leader,
-                n.rack or "-",
-                f"{n.last_heartbeat_age_ms} ms",
-            )
-            for n in result.nodes
-        ),
-        title=f"nodes (metadata version {result.metadata_version}, "
-        f"leader {result.metadata_leader or 'unknown'})",
+    title = (
+        f"nodes (metadata version {result.metadata_version}, "
+        f"leader {result.metadata_leader or 'unknown'})"
     )
-    columns = [
-        "queue",
-        "partition",
-        "node",
-        "role",
-        "leader",
-        "term",
-        "commit",
-        "applied",
-        "next offset",
-        "quorum",
-    ]
-    if digests:
-        columns.append("digest")
-    rows = []
-    for r in result.replicas:
-        row = [
-            r.queue,
-            r.partition,
-            r.node,
-            r.role,
-            r.leader or "-",
-            r.term,
-            r.commit_index,
-            r.last_applied,
-            r.next_offset,
-            r.has_quorum,
-        ]
-        rows.append([*row, r.digest] if digests else row)
-    print_table(columns, rows, title="replicas")
+    print_objects(NODE_COLUMNS, result.nodes, title=title)
+    replica_columns = (
+        [*REPLICA_COLUMNS, ("digest", attrgetter("digest"))] if digests else REPLICA_COLUMNS
+    )
+    print_objects(replica_columns, result.replicas, title="replicas")
     if result.unreachable:
         print_line(f"unreachable: {', '.join(result.unreachable)}", stderr=True)

@@ -87,6 +87,17 @@ def print_table(
     _console().print(table)
 
 
+Column = tuple[str, Callable[[Any], Any]]
+
+
+def print_objects(
+    columns: Sequence[Column], items: Iterable[Any], title: str | None = None
+) -> None:
+    """A table with one row per item; each column is (header, item -> value)."""
+    rows = ([value(item) for _, value in columns] for item in items)
+    print_table([header for header, _ in columns], rows, title=title)
+
+
 def print_fields(pairs: Iterable[tuple[str, Any]], title: str | None = None) -> None:
     """A two-column (field, value) table, for describing one object."""
     print_table(("field", "value"), pairs, title=title)

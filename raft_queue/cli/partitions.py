@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import click
 
-from raft_queue.cli.output import json_option, print_json, print_table
+from raft_queue.cli.output import Column, json_option, print_json, print_objects
 
 if TYPE_CHECKING:
     from raft_queue.cli.main import Session
+
+PARTITION_COLUMNS: list[Column] = [
+    ("partition", attrgetter("partition")),
+    ("leader", lambda p: p.leader or "-"),
+    ("leader address", lambda p: p.leader_address or "-"),
+    ("replicas", lambda p: ",".join(p.replicas)),
+    ("earliest", attrgetter("earliest_offset")),
+    ("latest", attrgetter("latest_offset")),
+    ("messages", attrgetter("messages")),
+    ("in flight", attrgetter("in_flight")),
+    ("epoch", attrgetter("epoch")),
+    ("commit index", attrgetter("commit_index")),
+]
 
 
 @click.group()
@@ -27,33 +41,4 @@ def describe(session: Session, queue: str, as_json: bool) -> None:
     if as_json:
         print_json(infos)
         return
-    print_table(
-        (
-            "partition",
-            "leader",
-            "leader address",
-            "replicas",
-            "earliest",
-            "latest",
-            "messages",
-            "in flight",
-            "epoch",
-            "commit index",
-        ),
-        (
-            (
-                p.partition,
-                p.leader or "-",
-                p.leader_address or "-",
-                ",".join(p.replicas),
-                p.earliest_offset,
-                p.latest_offset,
-                p.messages,
-                p.in_flight,
-                p.epoch,
-                p.commit_index,
-            )
-            for p in infos
-        ),
-        title=f"partitions of {queue}",
-    )
+    print_objects(PARTITION_COLUMNS, infos, title=f"partitions of {queue}")
