@@ -209,8 +209,11 @@ class Client:
         other. If a later chunk fails, earlier ones are stored: to re-send the
         batch without duplicates, give the messages your own dedup ids.
         """
+        pending = list(messages)
+        if not pending:
+            return []
         self._partition_count(queue)  # learn the leaders (cached) before grouping by them
-        prepared = [self._prepare(queue, m) for m in messages]
+        prepared = [self._prepare(queue, m) for m in pending]
         results: list[SendResult | None] = [None] * len(prepared)
         for indexes in self._plan(queue, prepared):
             entries = [prepared[i] for i in indexes]

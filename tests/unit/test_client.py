@@ -574,6 +574,11 @@ def test_send_batch_chunks_at_1000_entries(client, cluster):
     assert [len(r.entries) for _, r in cluster.calls_of("Send")] == [1000, 1000, 500]
 
 
+def test_empty_batch_makes_no_call(client, cluster):
+    assert client.send_batch("q", []) == []
+    assert cluster.calls == []
+
+
 def test_keyed_messages_follow_the_hash_and_keyless_go_round_robin(client, cluster):
     cluster.add_queue("q", partitions=3)
     keyed = client.send_batch("q", [OutgoingMessage("v", key=k) for k in ("a", "b", "c", "a")])
