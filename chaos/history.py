@@ -301,7 +301,7 @@ def _absorb(facts: Facts, invocation: Mapping[str, Any], done: Mapping[str, Any]
     elif f == "ack":
         facts.acks.extend(_record(op, invocation, r) for r in value or [])
     elif f == "read":
-        facts.reads.append(_read(op, value))
+        facts.reads.append(_read(op, op["value"]))
 
 
 def _record(op: Mapping[str, Any], invocation: Mapping[str, Any], r: Mapping[str, Any]) -> Record:

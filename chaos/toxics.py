@@ -26,7 +26,7 @@ import random
 import socket
 import struct
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,7 +188,8 @@ class Direction:
         return roll[1]
 
 
-Pieces = AsyncIterator[bytes]
+Pieces = AsyncGenerator[bytes, None]
+_NOTHING: tuple[bytes, ...] = ()
 
 
 async def _one(data: bytes) -> Pieces:
@@ -242,7 +243,7 @@ async def _timeout(toxic: Toxic, d: Direction, read_at: float, src: Pieces) -> P
     """Swallow every byte; the close-after-timeout timer lives on the Link."""
     async for _piece in src:
         pass
-    for never in ():  # an async generator that yields nothing
+    for never in _NOTHING:  # makes this an async generator that yields nothing
         yield never
 
 
@@ -251,7 +252,7 @@ async def _reset_peer(toxic: Toxic, d: Direction, read_at: float, src: Pieces) -
     async for _piece in src:
         await asyncio.sleep(toxic.attr("timeout") / 1000)
         raise LinkClosed(rst=True)
-    for never in ():
+    for never in _NOTHING:
         yield never
 
 

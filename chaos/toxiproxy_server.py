@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
+import logging
 import random
 import re
 import signal
@@ -37,6 +37,7 @@ from urllib.parse import unquote
 from chaos.toxics import STREAMS, ApiError, Link, Streams, Toxic, bad_body
 
 VERSION = "2.12.0-raftq"
+log = logging.getLogger(__name__)
 UPSTREAM_CONNECT_TIMEOUT_S = 5.0
 
 
@@ -174,6 +175,9 @@ class ToxiproxyApp:
                 return await handler(method, body, *map(unquote, match.groups()))
             except ApiError as exc:
                 return exc.status, {"error": exc.message, "status": exc.status}
+            except Exception as exc:  # a bug: answer (the client has no timeout), log it
+                log.exception("%s %s failed", method, path)
+                return 500, {"error": f"{type(exc).__name__}: {exc}", "status": 500}
         return 404, {"error": "404 page not found", "status": 404}
 
     def close(self) -> None:
@@ -312,9 +316,7 @@ async def _serve_http(
     app: ToxiproxyApp, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
     """Minimal HTTP/1.1: Content-Length bodies, keep-alive until the client closes."""
-    with contextlib.suppress(
-        asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError
-    ):
+    try:
         while True:
             head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
             method, target, version = head[0].split(" ", 2)
@@ -337,7 +339,10 @@ async def _serve_http(
             await writer.drain()
             if close:
                 break
-    writer.close()
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError):
+        pass  # the client went away or sent something that is not HTTP
+    finally:
+        writer.close()
 
 
 async def serve(app: ToxiproxyApp, host: str, port: int) -> asyncio.Server:
@@ -368,6 +373,8 @@ class ToxiproxyServer:
         return f"http://{self.host}:{self.port}"
 
     def start(self) -> ToxiproxyServer:
+        """Run the API on a new daemon thread; returns once listening (raises OSError)."""
+        self._ready.clear()
         self._thread = threading.Thread(target=self._run, name="toxiproxy", daemon=True)
         self._thread.start()
         self._ready.wait()

@@ -297,6 +297,20 @@ def test_errors_have_toxiproxy_codes_and_bodies(
     assert api(toxiproxy_server, method, path, body) == (status, {"error": error, "status": status})
 
 
+def test_unexpected_server_error_still_answers_500(
+    toxiproxy: Toxiproxy, toxiproxy_server: ToxiproxyServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(self: Any) -> None:
+        raise RuntimeError("bug")
+
+    toxiproxy.create(upstream="127.0.0.1:1", name="p")
+    monkeypatch.setattr("chaos.toxiproxy_server.Proxy.to_json", broken)
+    assert api(toxiproxy_server, "GET", "/proxies/p") == (
+        500,
+        {"error": "RuntimeError: bug", "status": 500},
+    )
+
+
 def test_cli_serves_the_api_until_terminated() -> None:
     cmd = [sys.executable, "-m", "chaos.toxiproxy_server", "--listen", "127.0.0.1:0"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
