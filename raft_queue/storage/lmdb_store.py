@@ -43,15 +43,9 @@ _DEFAULT_MAX_MAP_BYTES = 1 << 40
 _COMPLETE = "RESTORE_COMPLETE"
 
 
-class _MapFull(errors.ResourceExhausted):
-    """The map is full; the store grew it and the transaction must be re-run."""
-
-
 def _translate(exc: lmdb.Error) -> errors.QueueError:
     """Map an lmdb exception to our tree: capacity problems are retryable."""
-    if isinstance(exc, lmdb.MapFullError):
-        return _MapFull(f"LMDB map full: {exc}")
-    if isinstance(exc, lmdb.ReadersFullError | lmdb.DiskError):
+    if isinstance(exc, lmdb.MapFullError | lmdb.ReadersFullError | lmdb.DiskError):
         return errors.ResourceExhausted(f"LMDB: {exc}")
     return errors.Internal(f"LMDB: {type(exc).__name__}: {exc}")
 
@@ -271,8 +265,9 @@ class LmdbStore:
                 self._ensure_headroom()
             with self._gate.shared(), self._transaction(write) as txn:
                 yield txn
-        except _MapFull:
-            self._grow()
+        except errors.ResourceExhausted as exc:
+            if _map_full(exc):
+                self._grow()
             raise
         finally:
             if write:
@@ -287,8 +282,9 @@ class LmdbStore:
             try:
                 with self.begin(write=True) as txn:
                     return fn(txn)
-            except _MapFull:
-                continue
+            except errors.ResourceExhausted as exc:
+                if not _map_full(exc):
+                    raise
         raise errors.ResourceExhausted(f"LMDB map still full at {self._map_size} bytes")
 
     def _claim_writer(self) -> None:
@@ -414,6 +410,11 @@ class LmdbStore:
     def _check_open(self) -> None:
         if self._closed:
             raise errors.Internal("store is closed")
+
+
+def _map_full(exc: errors.ResourceExhausted) -> bool:
+    """The store's own map filled up (it grows; the txn can be re-run)."""
+    return isinstance(exc.__cause__, lmdb.MapFullError)
 
 
 def _sibling(path: Path, suffix: str) -> Path:
