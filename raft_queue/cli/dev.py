@@ -32,8 +32,16 @@ def dev() -> None:
     help="gRPC on base+1.., metadata Raft on base+51.., partitions base+100*i..",
 )
 def up(nodes: int, data_dir: str, base_port: int) -> None:
-    """Start NODES node processes and stay in the foreground (Ctrl-C stops them)."""
+    """Start NODES node processes and stay in the foreground (Ctrl-C stops them).
+
+    Run it again on the same --data-dir while the cluster runs and it starts
+    only the nodes that are down (after a kill -9), then returns.
+    """
     cluster = LocalCluster(Path(data_dir).resolve(), nodes=nodes, base_port=base_port)
+    running = [i for i in range(nodes) if cluster.running_pid(i)]
+    if running:
+        _restart_missing(cluster, running)
+        return
     stopping = False
 
     def on_signal(signum: int, frame: object) -> None:
@@ -46,7 +54,7 @@ def up(nodes: int, data_dir: str, base_port: int) -> None:
     try:
         cluster.wait_ready(timeout_s=60)
     except Exception as exc:
-        cluster.stop()
+        cluster.stop_all()
         raise click.ClickException(f"cluster did not start: {exc}") from exc
     click.echo(f"raft_queue: {nodes}-node cluster up (data in {cluster.base_dir})")
     for i, s in enumerate(cluster.specs):
@@ -55,16 +63,33 @@ def up(nodes: int, data_dir: str, base_port: int) -> None:
         )
     click.echo(f"\n  export RAFTQ_SERVER={cluster.bootstrap}")
     click.echo("  raftq cluster status\n\nCtrl-C stops the cluster.")
+    reported: set[int] = set()
     try:
         while not stopping:
-            for i in list(cluster.procs):
-                if not cluster.alive(i):
+            for i in range(nodes):
+                down = cluster.running_pid(i) is None
+                if down and i not in reported:
                     click.echo(
-                        f"node n{i + 1} exited (killed?); `raftq dev up` again restarts it",
+                        f"node n{i + 1} is down; run the same `raftq dev up` in another "
+                        "terminal to restart it",
                         err=True,
                     )
-                    cluster.procs.pop(i)
+                    reported.add(i)
+                elif not down:
+                    reported.discard(i)
             time.sleep(0.5)
     finally:
         click.echo("stopping...")
-        cluster.stop()
+        cluster.stop_all()
+
+
+def _restart_missing(cluster: LocalCluster, running: list[int]) -> None:
+    missing = [i for i in range(cluster.nodes) if i not in running]
+    if not missing:
+        raise click.ClickException(
+            f"all {cluster.nodes} nodes of {cluster.base_dir} are already running"
+        )
+    for i in missing:
+        cluster.start(i)
+        click.echo(f"restarted n{i + 1} (pid {cluster.pid(i)}); it catches up from its peers")
+    cluster.procs.clear()  # the first `raftq dev up` owns the cluster and stops it

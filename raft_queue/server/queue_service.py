@@ -55,7 +55,11 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):  # type: ignore[misc]
     @handled
     async def CreateQueue(self, request: Any, context: Any) -> Any:  # noqa: N802
         name = convert.check_queue_name(request.name)
-        spec = convert.spec_from_pb(request.config)
+        config = request.config
+        if not config.HasField("replication_factor"):
+            # As SQS/JetStream users expect: the default fits the cluster (3, or 1 when smaller).
+            config.replication_factor = 3 if len(self.node.view.nodes()) >= 3 else 1
+        spec = convert.spec_from_pb(config)
         return await self.c.create_queue(name, spec, forwarded=is_forwarded(context))
 
     @handled

@@ -149,6 +149,26 @@ class LocalCluster:
             start_new_session=True,
         )
         log.close()
+        (s.dir / "pid").write_text(str(self.procs[i].pid))
+
+    def running_pid(self, i: int) -> int | None:
+        """The pid of node ``i`` if a node process (from any LocalCluster on this
+        directory, e.g. another `raftq dev up`) is alive, else None."""
+        try:
+            pid = int((self.specs[i].dir / "pid").read_text())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            return None
+        return pid if str(self.specs[i].config_path).encode() in cmdline else None
+
+    def stop_all(self, timeout_s: float = 15.0) -> None:
+        """Stop every node of this directory, including ones another process started."""
+        self.stop(timeout_s=timeout_s)
+        for pid in [p for p in (self.running_pid(i) for i in range(self.nodes)) if p]:
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and any(self.running_pid(i) for i in range(self.nodes)):
+            time.sleep(0.1)
 
     def kill(self, i: int) -> None:
         """SIGKILL: no flush, no goodbye (power loss minus the page cache)."""
