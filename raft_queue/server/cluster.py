@@ -235,9 +235,14 @@ class Cluster:
                 raise errors.InvalidArgument(
                     "config.dead_letter_queue", f"queue {spec.dead_letter_queue!r} does not exist"
                 )
-        assignments = place_partitions(
-            nodes, self._all_assignments(), spec.partitions, spec.replication_factor
-        )
+        if existing is not None:
+            # Idempotent re-create: the metadata machine answers (same spec ->
+            # the queue, different -> AlreadyExists); never place twice.
+            assignments = self.node.view.assignments(name)
+        else:
+            assignments = place_partitions(
+                nodes, self._all_assignments(), spec.partitions, spec.replication_factor
+            )
         await self.node.submit_metadata(
             meta.CreateQueue(
                 name=name, config=spec, assignments=tuple(assignments), now_ms=_now_ms()
