@@ -334,7 +334,7 @@ def _fifo_violations(facts: Facts) -> list[Example]:
 
 def _divergence(replica_digests: Mapping[Any, Mapping[Any, Any]]) -> list[Example]:
     return [
-        {"partition": partition, "digests": dict(by_replica)}
+        {"partition": partition, "digests": {str(r): d for r, d in by_replica.items()}}
         for partition, by_replica in replica_digests.items()
         if len(set(by_replica.values())) > 1
     ]

@@ -38,12 +38,20 @@ class _EchoServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
 
 
+_seeds_used: list[int] = []
+
+
 @pytest.fixture(scope="session")
 def chaos_seed() -> int:
-    """The seed of this run's randomness (toxicity rolls, jitter); printed to replay."""
+    """The seed of this run's randomness (toxicity rolls, jitter); reported to replay."""
     seed = int(os.environ.get("RAFTQ_CHAOS_SEED") or random.randrange(2**32))
-    print(f"\nchaos seed: {seed} (replay with RAFTQ_CHAOS_SEED={seed})")
+    _seeds_used.append(seed)
     return seed
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for seed in _seeds_used:
+        terminalreporter.write_line(f"chaos seed: {seed} (replay with RAFTQ_CHAOS_SEED={seed})")
 
 
 @pytest.fixture(scope="session")

@@ -191,6 +191,26 @@ def test_proxy_json_has_toxiproxy_shape(
     assert status == 200 and listing == {"p": body}
 
 
+def test_raw_populate_keeps_matching_proxies_and_replaces_changed_ones(
+    toxiproxy: Toxiproxy, toxiproxy_server: ToxiproxyServer, echo_server: str, free_port: int
+) -> None:
+    kept = toxiproxy.create(upstream=echo_server, name="kept")
+    kept.add_toxic(type="latency")
+    changed = toxiproxy.create(upstream=echo_server, name="changed")
+    specs = [
+        {"name": "kept", "upstream": echo_server, "listen": kept.listen},
+        {"name": "changed", "upstream": f"127.0.0.1:{free_port}", "listen": changed.listen},
+        {"name": "new", "upstream": echo_server},
+    ]
+    status, body = api(toxiproxy_server, "POST", "/populate", specs)
+    assert status == 201
+    got = {p["name"]: p for p in body["proxies"]}
+    assert list(got) == ["kept", "changed", "new"]
+    assert len(got["kept"]["toxics"]) == 1  # untouched, toxics and all
+    assert got["changed"]["upstream"] == f"127.0.0.1:{free_port}" and got["changed"]["toxics"] == []
+    assert got["new"]["enabled"] is True
+
+
 def test_patch_proxy_disables_moves_and_reenables(
     toxiproxy: Toxiproxy, toxiproxy_server: ToxiproxyServer, echo_server: str, free_port: int
 ) -> None:
