@@ -116,7 +116,7 @@ class Toxic:
             raise ApiError("stream was invalid, can be either upstream or downstream", 400)
         kind = body.get("type") or ""
         name = body.get("name") or f"{kind}_{stream}"
-        if kind not in ATTRIBUTES:
+        if not isinstance(kind, str) or kind not in ATTRIBUTES:
             raise ApiError("invalid toxic type", 400)
         if not isinstance(name, str):
             raise bad_body("name must be a string")

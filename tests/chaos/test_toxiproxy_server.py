@@ -289,6 +289,7 @@ def test_patch_and_get_toxic(
             "stream was invalid, can be either upstream or downstream",
         ),
         ("POST", "/proxies/p/toxics", {"type": "bogus"}, 400, "invalid toxic type"),
+        ("POST", "/proxies/p/toxics", {"type": ["latency"]}, 400, "invalid toxic type"),
         (
             "POST",
             "/proxies/p/toxics",
