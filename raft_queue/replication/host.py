@@ -14,6 +14,7 @@ commands (``Group.submit``), which wakes the driver through a pipe.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -92,10 +93,9 @@ class RaftHost:
         return fut
 
     def wake(self) -> None:
-        try:
+        # A full pipe means the driver is already due to wake.
+        with contextlib.suppress(BlockingIOError):
             os.write(self._wake_w, b"x")
-        except BlockingIOError:
-            pass  # the pipe is full: the driver is already due to wake
 
     def mark_active(self, key: str) -> None:
         """Tick ``key`` on the next loop (any thread)."""
