@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 MAX_COMMANDS_PER_ENTRY = 512
 
 
-class ReplicatedGroup(SafeSyncObj):  # type: ignore[misc]
+class ReplicatedGroup(SafeSyncObj):
     def __init__(
         self,
         key: str,

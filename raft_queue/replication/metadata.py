@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 from raft_queue.core import metadata as meta
 from raft_queue.replication import snapshot
@@ -73,7 +73,11 @@ class MetadataReplica(ReplicatedGroup):
 
     def _serialize(self, path: str, data: Any) -> None:
         image = self.machine.to_bytes()
-        snapshot.write(path, data, lambda f: f.write(image))
+
+        def write_image(f: BinaryIO) -> None:
+            f.write(image)
+
+        snapshot.write(path, data, write_image)
 
     def _deserialize(self, path: str) -> Any:
         meta_tuple, image_len = self.snapshot_meta(path)

@@ -8,10 +8,17 @@ followers and restored atomically.
 
 Reads (``read``, ``stats``, ``digest``) run on any thread in read
 transactions, concurrently with apply.
+
+Hook for long polls: ``on_wake`` (set by the node) is called on the driver
+thread after an applied entry that may have made a message visible (Append,
+Nack, Ack: a FIFO key's next record, ChangeVisibility, Configure, Expire). It
+must be cheap and never block: the node's hook only bumps a counter and, when
+someone waits, schedules a wake-up on the asyncio loop.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,6 +30,25 @@ from raft_queue.replication.group import ReplicatedGroup
 from raft_queue.replication.host import RaftHost
 from raft_queue.replication.raft import make_conf
 from raft_queue.storage.lmdb_store import LmdbStore
+
+log = logging.getLogger(__name__)
+
+
+# Commands after which a waiting Receive or Read may find something new.
+_WAKING = (
+    commands.Append,
+    commands.Nack,
+    commands.Ack,
+    commands.ChangeVisibility,
+    commands.Configure,
+    commands.Expire,
+)
+
+
+def _may_wake(cmd: Any) -> bool:
+    if isinstance(cmd, commands.Batch):
+        return any(isinstance(sub, _WAKING) for sub in cmd.commands)
+    return isinstance(cmd, _WAKING)
 
 
 class PartitionReplica(ReplicatedGroup):
@@ -40,6 +66,8 @@ class PartitionReplica(ReplicatedGroup):
     ) -> None:
         os.makedirs(data_dir, exist_ok=True)
         self.data_dir = data_dir
+        self.on_wake: Callable[[], None] | None = None  # driver thread; see module doc
+        self.applied_entries = 0  # entries applied since open (housekeeping skips idle groups)
         self.machine = PartitionMachine()
         self.store = LmdbStore(os.path.join(data_dir, "lmdb"), tables=PartitionMachine.TABLES)
         conf = make_conf(
@@ -83,7 +111,15 @@ class PartitionReplica(ReplicatedGroup):
             self.store.set_last_applied(txn, index)
             return result
 
-        return self.store.run_write(run)
+        result = self.store.run_write(run)
+        self.applied_entries += 1
+        hook = self.on_wake
+        if hook is not None and _may_wake(cmd):
+            try:
+                hook()
+            except Exception:  # a wake-up is an optimisation: never fail the apply
+                log.exception("wake hook failed in %s", self.key)
+        return result
 
     # ---- reads (any thread) ------------------------------------------------------------
     def read(self, offset: int, max_records: int) -> Any:
@@ -93,6 +129,17 @@ class PartitionReplica(ReplicatedGroup):
     def stats(self, now_ms: int) -> Any:
         with self.store.begin() as txn:
             return self.machine.stats(txn, now_ms)
+
+    def next_due_ms(self) -> int | None:
+        """The earliest time (leader clock, ms) at which a lease ends or a
+        delay passes, so a long poll can sleep exactly until then; None if
+        nothing is scheduled (or the machine cannot tell)."""
+        due = getattr(self.machine, "next_due_ms", None)
+        if due is None:
+            return None
+        with self.store.begin() as txn:
+            result: int | None = due(txn)
+            return result
 
     def offsets(self) -> dict[str, int]:
         with self.store.begin() as txn:
