@@ -89,7 +89,7 @@ class ProxiedNode(TCPNode):
         return self._dial_port  # type: ignore[no-any-return]
 
 
-class GroupPoller(Poller):  # type: ignore[misc]
+class GroupPoller(Poller):
     """A group's view of the host's shared poller: subscriptions go to the shared
     poller; the group's own ``poll`` (end of every tick) does nothing, because the
     host's driver thread polls once for all groups."""
@@ -204,7 +204,7 @@ def make_conf(
     )
 
 
-class SafeSyncObj(SyncObj):  # type: ignore[misc]
+class SafeSyncObj(SyncObj):
     """SyncObj with hazards 1-5 fixed. Subclasses add ``@replicated`` methods.
 
     ``shared_poller``: the host's poller (see GroupPoller). ``fsync``: sync the
