@@ -88,8 +88,8 @@ class RaftTuning:
 
     election_timeout_min_s: float = 0.8
     election_timeout_max_s: float = 1.6
-    heartbeat_period_s: float = 0.1
-    tick_period_s: float = 0.02
+    heartbeat_period_s: float = 0.2
+    tick_period_s: float = 0.05
     leader_fallback_timeout_s: float = 3.0
     connection_timeout_s: float = 3.5
     connection_retry_s: float = 1.0

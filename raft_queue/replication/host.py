@@ -35,6 +35,8 @@ class Tickable(Protocol):
 
     def tick(self) -> None: ...
 
+    def flush_durable(self) -> None: ...
+
     def before_tick(self) -> None: ...
 
     def reap(self, now: float) -> None: ...
@@ -48,6 +50,7 @@ class RaftHost:
         self.idle_tick_s = idle_tick_s
         self._groups: dict[str, Tickable] = {}
         self._active: set[str] = set()
+        self._flush: set[str] = set()  # only pending acks to sync and send
         self._active_lock = threading.Lock()
         self._calls: list[tuple[Callable[[], Any], Future[Any]]] = []
         self._calls_lock = threading.Lock()
@@ -104,6 +107,11 @@ class RaftHost:
         if threading.get_ident() != self._driver_ident:
             self.wake()
 
+    def mark_flush(self, key: str) -> None:
+        """Driver thread (message handlers): sync and send ``key``'s pending
+        acks after this poll round, without a full tick."""
+        self._flush.add(key)
+
     # ---- driver-thread only ----------------------------------------------------------
     def add(self, group: Tickable) -> None:
         self._groups[group.key] = group
@@ -146,6 +154,7 @@ class RaftHost:
                 log.exception("poll failed")
                 time.sleep(0.01)
             self._run_calls()
+            self._flush_only()
             now = time.monotonic()
             if now >= next_all:
                 keys = list(self._groups)
@@ -158,6 +167,18 @@ class RaftHost:
             self._tick(keys)
         os.close(self._wake_r)
         os.close(self._wake_w)
+
+    def _flush_only(self) -> None:
+        if not self._flush:
+            return
+        keys, self._flush = self._flush, set()
+        for key in keys:
+            group = self._groups.get(key)
+            if group is not None:
+                try:
+                    group.flush_durable()
+                except Exception:
+                    log.exception("flush failed for %s", key)
 
     def _tick(self, keys: list[str]) -> None:
         with self._active_lock:

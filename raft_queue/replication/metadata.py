@@ -28,6 +28,7 @@ class MetadataReplica(ReplicatedGroup):
         peers: Sequence[str],
         data_dir: str,
         election_timeout_s: tuple[float, float] = (1.0, 2.0),
+        heartbeat_s: float | None = None,
         dial: Callable[[str], str | None] = lambda a: None,
         on_change: Callable[[], None] = lambda: None,
     ) -> None:
@@ -39,6 +40,7 @@ class MetadataReplica(ReplicatedGroup):
             dump_file=os.path.join(data_dir, "raft.dump"),
             election_timeout_min_s=election_timeout_s[0],
             election_timeout_max_s=election_timeout_s[1],
+            heartbeat_s=heartbeat_s,
             serializer=self._serialize,
             deserializer=self._deserialize,
             log_compaction_min_entries=2000,
