@@ -159,7 +159,7 @@ def test_advertise_address_overrides_the_listen_address() -> None:
     [
         ({"election_timeout_max_s": 0.5}, "raft.election_timeout_max_s"),
         ({"heartbeat_period_s": 0.5}, "raft.heartbeat_period_s"),
-        ({"tick_period_s": 0.2}, "raft.tick_period_s"),
+        ({"tick_period_s": 0.3}, "raft.tick_period_s"),
         ({"leader_fallback_timeout_s": 1.0}, "raft.leader_fallback_timeout_s"),
         ({"connection_timeout_s": 0}, "raft.connection_timeout_s"),
         ({"log_compaction_min_entries": 0}, "raft.log_compaction_min_entries"),
