@@ -78,6 +78,10 @@ class LocalCluster:
     raft: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     quiet: bool = True
+    port_block: int = PORT_BLOCK  # raft ports per node for partition replicas
+    # advertise[i]: the address node i gives clients and peers (e.g. a fault proxy);
+    # empty or missing = its own gRPC address.
+    advertise: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.base_dir = Path(self.base_dir)
@@ -97,21 +101,23 @@ class LocalCluster:
                 self.base_port + 100 * (i + 1),
             )
         else:
-            g, m, lo = free_port(), free_port(), free_block()
-        return NodeSpec(f"n{i + 1}", node_dir, g, m, lo, lo + PORT_BLOCK - 1)
+            g, m, lo = free_port(), free_port(), free_block(self.port_block)
+        return NodeSpec(f"n{i + 1}", node_dir, g, m, lo, lo + self.port_block - 1)
 
     def write_configs(self) -> None:
         controllers = [f'"{s.node_id}=127.0.0.1:{s.metadata_port}"' for s in self.specs]
         seeds = [f'"{s.address}"' for s in self.specs]
         raft = {"election_timeout_min_s": 0.8, "election_timeout_max_s": 1.6, **self.raft}
-        for s in self.specs:
+        for i, s in enumerate(self.specs):
             s.dir.mkdir(parents=True, exist_ok=True)
+            advertise = self.advertise[i] if i < len(self.advertise) else ""
             (s.dir / "ports").write_text(f"{s.grpc_port} {s.metadata_port} {s.raft_port_min}")
             lines = [
                 f'node_id = "{s.node_id}"',
                 f'data_dir = "{s.dir / "data"}"',
                 'grpc_host = "127.0.0.1"',
                 f"grpc_port = {s.grpc_port}",
+                *([f'advertise_address = "{advertise}"'] if advertise else []),
                 'raft_host = "127.0.0.1"',
                 f"raft_port_min = {s.raft_port_min}",
                 f"raft_port_max = {s.raft_port_max}",
