@@ -43,13 +43,23 @@ CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(QueueConfig))
 
 @dataclass(frozen=True, slots=True)
 class QueueInfo:
-    """A queue: its config and depth counters (summed over partitions, best effort)."""
+    """A queue: its config and depth counters (summed over partition leaders, best effort).
+
+    ``messages`` counts every stored, unacked message (in flight, delayed and
+    dead ones included); ``dead`` are over ``max_receives`` and on their way
+    to the dead-letter queue; ``oldest_message_age_ms`` is the age of the
+    oldest unacked message (0 when there is none).
+    """
 
     name: str
     config: QueueConfig
     created_ms: int = 0
     messages: int = 0
     in_flight: int = 0
+    delayed: int = 0
+    dead: int = 0
+    oldest_message_age_ms: int = 0
+    bytes: int = 0
 
     @property
     def partitions(self) -> int:
@@ -101,6 +111,25 @@ class ReceiptResult:
     receipt: str
     ok: bool
     error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One lease of a message: when (leader clock, ms), by which consumer, until when."""
+
+    time_ms: int
+    consumer: str
+    deadline_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """A message's delivery history. ``state``: queued, in_flight, delayed,
+    blocked (FIFO: an earlier message of its key is unacked), dead, or done."""
+
+    state: str
+    receive_count: int
+    deliveries: tuple[Delivery, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +279,11 @@ def read_result_from_pb(pb: queue_pb2.ReadResponse) -> ReadResult:
     values = _plain(pb, ReadResult)
     values["messages"] = [message_from_pb(m) for m in pb.messages]
     return ReadResult(**values)
+
+
+def history_from_pb(pb: queue_pb2.GetHistoryResponse) -> History:
+    deliveries = tuple(Delivery(d.time_ms, d.consumer, d.deadline_ms) for d in pb.deliveries)
+    return History(pb.state, pb.receive_count, deliveries)
 
 
 def partition_from_pb(pb: queue_pb2.PartitionInfo) -> PartitionInfo:

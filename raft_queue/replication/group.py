@@ -7,7 +7,15 @@ round trip. Every waiter gets a result, an error, or OutcomeUnknown when its
 deadline passes (hazard 4: no wait without a bound).
 
 Subclasses provide the state machine: ``encode_batch``, ``apply_bytes``,
-``split_results``, and the snapshot hooks.
+``split_results``, and the snapshot hooks; optionally ``predict``.
+
+Early acks (durability "leader"): ``submit(cmd, early=True)`` resolves to
+``(result, True)`` as soon as the leader proposes the entry, if the subclass
+can ``predict`` the result (the group must have nothing in flight, so the
+prediction runs on exactly the state the entry will be applied to);
+otherwise to ``(result, False)`` once committed and applied. An early-acked
+entry can still be lost if the leader fails before replicating it: that is
+what "leader" durability means (as Kafka's acks=1).
 """
 
 from __future__ import annotations
@@ -48,7 +56,7 @@ class ReplicatedGroup(SafeSyncObj):
         self.key = key
         self._host = host
         self._lock = threading.Lock()
-        self._pending: list[tuple[Any, Future[Any], float]] = []
+        self._pending: list[tuple[Any, Future[Any], float, bool]] = []
         self._inflight: dict[int, tuple[list[Future[Any]], float]] = {}
         self._seq = 0
         self.lease_quorum_s = lease_quorum_s
@@ -62,6 +70,7 @@ class ReplicatedGroup(SafeSyncObj):
             host.poller,
             fsync=fsync,
             on_activity=lambda: host.mark_active(key),
+            on_flush=lambda: host.mark_flush(key),
             node_factory=lambda addr: ProxiedNode(addr, dial(addr)),
         )
 
@@ -74,6 +83,11 @@ class ReplicatedGroup(SafeSyncObj):
 
     def apply_bytes(self, index: int, data: bytes) -> Any:
         raise NotImplementedError
+
+    def predict(self, data: bytes) -> Any:
+        """The result applying ``data`` now would give, without keeping its
+        effects (driver thread); None if it cannot tell."""
+        return None
 
     @replicated
     def apply_entry(self, data: bytes) -> Any:
@@ -88,12 +102,13 @@ class ReplicatedGroup(SafeSyncObj):
             return errors.Internal(f"apply failed: {exc!r}")
 
     # ---- submission ------------------------------------------------------------------
-    def submit(self, command: Any, timeout_s: float = 10.0) -> Future[Any]:
+    def submit(self, command: Any, timeout_s: float = 10.0, early: bool = False) -> Future[Any]:
         """Queue ``command`` for this group (any thread). The future resolves to
-        the state machine's result or raises a QueueError."""
+        the state machine's result (``(result, acked_early)`` with ``early``,
+        see the module doc) or raises a QueueError."""
         fut: Future[Any] = Future()
         with self._lock:
-            self._pending.append((command, fut, time.monotonic() + timeout_s))
+            self._pending.append((command, fut, time.monotonic() + timeout_s, early))
         self._host.mark_active(self.key)
         return fut
 
@@ -105,20 +120,23 @@ class ReplicatedGroup(SafeSyncObj):
             pending, self._pending = self._pending, []
         if not self._isLeader():
             err = errors.NotLeader(f"{self.key}: not the leader", self.leader_address())
-            for _, fut, _ in pending:
+            for _, fut, _, _ in pending:
                 _fail(fut, err)
             return
         for start in range(0, len(pending), MAX_COMMANDS_PER_ENTRY):
             self._propose(pending[start : start + MAX_COMMANDS_PER_ENTRY])
 
-    def _propose(self, chunk: list[tuple[Any, Future[Any], float]]) -> None:
-        commands = [c for c, _, _ in chunk]
-        futures = [f for _, f, _ in chunk]
-        deadline = max(d for _, _, d in chunk)
+    def _propose(self, chunk: list[tuple[Any, Future[Any], float, bool]]) -> None:
+        commands = [c for c, _, _, _ in chunk]
+        futures = [f for _, f, _, _ in chunk]
+        early = [e for _, _, _, e in chunk]
+        deadline = max(d for _, _, d, _ in chunk)
+        payload = self.encode_batch(commands)
+        if any(early) and self._idle():
+            self._ack_early(payload, futures, early)
         self._seq += 1
         seq = self._seq
         self._inflight[seq] = (futures, deadline)
-        payload = self.encode_batch(commands)
 
         def done(result: Any, err: int) -> None:
             self._inflight.pop(seq, None)
@@ -128,10 +146,24 @@ class ReplicatedGroup(SafeSyncObj):
                     _fail(fut, exc)
                 return
             results = self.split_results(result, len(futures))
-            for fut, res in zip(futures, results, strict=True):
-                _resolve(fut, res)
+            for fut, res, is_early in zip(futures, results, early, strict=True):
+                _resolve(fut, _as_early(res, False) if is_early else res)
 
         self.apply_entry(payload, callback=done)
+
+    def _idle(self) -> bool:
+        """Leader with every log entry applied and nothing of ours in flight."""
+        last = self._SyncObj__raftLog[-1][1] if len(self._SyncObj__raftLog) else 0
+        return not self._inflight and self.raftLastApplied >= last and self._isLeader()
+
+    def _ack_early(self, payload: bytes, futures: list[Future[Any]], early: list[bool]) -> None:
+        predicted = self.predict(payload)
+        if predicted is None:
+            return
+        results = self.split_results(predicted, len(futures))
+        for fut, res, is_early in zip(futures, results, early, strict=True):
+            if is_early and not isinstance(res, BaseException):
+                _resolve(fut, (res, True))
 
     def reap(self, now: float) -> None:
         """Fail waiters past their deadline with OutcomeUnknown (driver thread)."""
@@ -142,8 +174,8 @@ class ReplicatedGroup(SafeSyncObj):
                 _fail(fut, errors.OutcomeUnknown("timed out waiting for commit; may apply later"))
         if self._pending:
             with self._lock:
-                keep = [(c, f, d) for c, f, d in self._pending if d >= now]
-                late = [f for _, f, d in self._pending if d < now]
+                keep = [p for p in self._pending if p[2] >= now]
+                late = [p[1] for p in self._pending if p[2] < now]
                 self._pending = keep
             for fut in late:
                 _fail(fut, errors.Unavailable("timed out before the command was proposed"))
@@ -155,7 +187,7 @@ class ReplicatedGroup(SafeSyncObj):
         self._inflight.clear()
         with self._lock:
             pending, self._pending = self._pending, []
-        for _, fut, _ in pending:
+        for _, fut, _, _ in pending:
             _fail(fut, exc)
 
     def snapshot_meta(self, path: str) -> tuple[Any, int]:
@@ -194,6 +226,10 @@ class ReplicatedGroup(SafeSyncObj):
         """Close sockets and the journal (driver thread; no tick thread exists)."""
         self._SyncObj__transport.destroy()
         self._SyncObj__raftLog._destroy()
+
+
+def _as_early(result: Any, acked_early: bool) -> Any:
+    return result if isinstance(result, BaseException) else (result, acked_early)
 
 
 def _resolve(fut: Future[Any], result: Any) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from raft_queue.core import commands
@@ -51,6 +52,14 @@ def _may_wake(cmd: Any) -> bool:
     return isinstance(cmd, _WAKING)
 
 
+class _Predicted(Exception):
+    """Carries a predicted result out of the write transaction it aborts."""
+
+    def __init__(self, result: Any) -> None:
+        super().__init__("predicted")
+        self.result = result
+
+
 class PartitionReplica(ReplicatedGroup):
     def __init__(
         self,
@@ -60,11 +69,15 @@ class PartitionReplica(ReplicatedGroup):
         peers: Sequence[str],
         data_dir: str,
         election_timeout_s: tuple[float, float] = (1.0, 2.0),
+        heartbeat_s: float | None = None,
         dial: Callable[[str], str | None] = lambda a: None,
         fsync: bool = True,
         log_compaction_min_entries: int = 20000,
+        durability: str = "",
     ) -> None:
         os.makedirs(data_dir, exist_ok=True)
+        self.durability = durability or ("fsync" if fsync else "quorum")
+        fsync = self.durability == "fsync"
         self.data_dir = data_dir
         self.on_wake: Callable[[], None] | None = None  # driver thread; see module doc
         self.applied_entries = 0  # entries applied since open (housekeeping skips idle groups)
@@ -75,6 +88,7 @@ class PartitionReplica(ReplicatedGroup):
             dump_file=os.path.join(data_dir, "raft.dump"),
             election_timeout_min_s=election_timeout_s[0],
             election_timeout_max_s=election_timeout_s[1],
+            heartbeat_s=heartbeat_s,
             serializer=self._serialize,
             deserializer=self._deserialize,
             log_compaction_min_entries=log_compaction_min_entries,
@@ -121,6 +135,46 @@ class PartitionReplica(ReplicatedGroup):
                 log.exception("wake hook failed in %s", self.key)
         return result
 
+    def predict(self, data: bytes) -> Any:
+        """Apply ``data`` in a write transaction that is then aborted: the
+        result without the effects (driver thread, for early acks)."""
+        try:
+            cmd = commands.decode(data)
+            with self.store.begin(write=True) as txn:
+                raise _Predicted(self.machine.apply(txn, cmd))
+        except _Predicted as done:
+            return done.result
+        except Exception:
+            return None
+
+    # ---- durability -------------------------------------------------------------------
+    def set_durability(self, mode: str) -> None:
+        """``fsync``: the journal is synced before an entry counts (leader and
+        followers); ``quorum``/``leader``: it is not. ``leader`` also acks
+        Appends early (``submit_append``). Any thread; takes effect next tick."""
+        self.durability = mode
+        self._SyncObj__raftLog._enabled = mode == "fsync" and bool(self._journal_path)
+
+    def submit_append(self, command: Any, timeout_s: float = 10.0) -> Future[Any]:
+        """Submit an Append; the future holds ``(result, level reached)``:
+        ``leader`` if acked before replication, else the replica's mode
+        (``quorum`` for a leader-mode replica that could not ack early)."""
+        mode = self.durability
+        out: Future[Any] = Future()
+        inner = self.submit(command, timeout_s, early=mode == "leader")
+
+        def done(f: Future[Any]) -> None:
+            if f.exception() is not None:
+                out.set_exception(f.exception())  # type: ignore[arg-type]
+            elif mode == "leader":
+                result, early = f.result()
+                out.set_result((result, "leader" if early else "quorum"))
+            else:
+                out.set_result((f.result(), mode))
+
+        inner.add_done_callback(done)
+        return out
+
     # ---- reads (any thread) ------------------------------------------------------------
     def read(self, offset: int, max_records: int) -> Any:
         with self.store.begin() as txn:
@@ -140,6 +194,15 @@ class PartitionReplica(ReplicatedGroup):
         with self.store.begin() as txn:
             result: int | None = due(txn)
             return result
+
+    def history(self, offset: int) -> Any:
+        """Delivery history of record ``offset`` (state, receive count, each
+        lease's time, consumer and deadline); None if the machine keeps none."""
+        history = getattr(self.machine, "history", None)
+        if history is None:
+            return None
+        with self.store.begin() as txn:
+            return history(txn, offset)
 
     def offsets(self) -> dict[str, int]:
         with self.store.begin() as txn:

@@ -1,4 +1,4 @@
-"""Cluster-wide view for request handlers: routing, fan-out, queue lifecycle.
+"""Cluster-wide view for request handlers: routing, fan-out, submission, status.
 
 Leader routing: a partition's leader is known exactly when this node hosts a
 replica (its Raft state); otherwise from the last NodeStatus answers
@@ -16,18 +16,12 @@ from typing import Any
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2, queue_pb2
-from raft_queue.client.partitioner import partition_for_key
-from raft_queue.config import QueueSpec
-from raft_queue.core import metadata as meta
-from raft_queue.core.placement import place_partitions
 from raft_queue.replication.partition import PartitionReplica
-from raft_queue.server import convert
 from raft_queue.server.node import Node
 from raft_queue.server.peers import Peers
+from raft_queue.server.wakeups import Wakeups
 
 log = logging.getLogger(__name__)
-
-CREATE_WAIT_S = 15.0
 
 
 class Cluster:
@@ -38,14 +32,13 @@ class Cluster:
         self.routes: dict[tuple[str, int], str] = {}
         self._rr = itertools.count()
 
+    @property
+    def wakeups(self) -> Wakeups:
+        return self.node.wakeups
+
     # ---- partitions and leaders ------------------------------------------------------
     def partition_of(self, i: int, entry: Any, partitions: int) -> int:
-        if entry.HasField("partition"):
-            return convert.check_range(
-                entry.partition, 0, partitions - 1, f"entries[{i}].partition"
-            )
-        if entry.key:
-            return partition_for_key(entry.key, partitions)
+        """Round robin, for an entry with no partition, key or dedup id."""
         return next(self._rr) % partitions
 
     def leader_id(self, queue: str, part: int) -> str | None:
@@ -75,9 +68,9 @@ class Cluster:
         outside Raft: hazard 5); None to forward. A forwarded request that
         finds no local leader fails with NotLeader (one hop only)."""
         replica = self.node.replica(queue, part)
-        if replica is not None and replica.is_leader():
-            if not reads or replica.can_serve_leader_reads():
-                return replica
+        leads = replica is not None and replica.is_leader()
+        if leads and (not reads or replica.can_serve_leader_reads()):  # type: ignore[union-attr]
+            return replica
         if forwarded:
             raise errors.NotLeader(
                 f"{queue}[{part}]: this node does not lead it", self.leader_address(queue, part)
@@ -114,12 +107,18 @@ class Cluster:
             raise result
         return result
 
+    async def submit_append(self, replica: PartitionReplica, command: Any) -> tuple[Any, str]:
+        """Submit an Append; the result and the durability level it reached
+        (``"leader"`` when acked before replication, see PartitionReplica)."""
+        fut = replica.submit_append(command, self.timeout_s)
+        result, reached = await asyncio.wrap_future(fut)
+        if isinstance(result, BaseException):
+            raise result
+        return result, reached
+
     def maybe_empty(self, replica: PartitionReplica) -> bool:
         """True if the partition holds no unacked message (skip a Raft round trip)."""
         return bool(replica.stats(_now_ms()).messages == 0)
-
-    async def wait_for_data(self, queue: str, timeout_s: float) -> None:
-        await asyncio.sleep(max(0.0, min(timeout_s, 0.02)))
 
     # ---- status ---------------------------------------------------------------------------
     def local_status(self, include_digests: bool) -> list[Any]:
@@ -144,6 +143,10 @@ class Cluster:
                     earliest_offset=stats.earliest_offset,
                     messages=stats.messages,
                     in_flight=stats.in_flight,
+                    delayed=stats.delayed,
+                    dead=stats.dead,
+                    bytes=stats.bytes,
+                    oldest_timestamp_ms=getattr(stats, "oldest_timestamp_ms", 0),
                     digest=replica.digest() if include_digests else "",
                     has_quorum=st["has_quorum"],
                 )
@@ -193,93 +196,6 @@ class Cluster:
                 )
             )
         return infos
-
-    # ---- queue lifecycle (metadata leader) -----------------------------------------------------
-    async def queue_info(self, name: str, depth: bool = True) -> Any:
-        q = self.node.queue_spec(name)
-        info = queue_pb2.QueueInfo(
-            name=q.name, config=convert.spec_to_pb(q.spec), created_ms=q.created_ms
-        )
-        if depth:
-            for p in await self.partition_infos(q):
-                info.messages += p.messages
-                info.in_flight += p.in_flight
-        return info
-
-    async def _metadata_call(self, forwarded: bool, method: str, request: Any) -> Any | None:
-        """None if this node leads the metadata group; else the leader's answer."""
-        md = self.node.metadata
-        if md is not None and md.is_leader():
-            return None
-        address = self.node.metadata_leader_address()
-        if forwarded or not address or address == self.node.address:
-            raise errors.NotLeader("not the metadata leader", address)
-        return await self.peers.forward(address, method, request, CREATE_WAIT_S + 5)
-
-    async def create_queue(self, name: str, spec: QueueSpec, forwarded: bool) -> Any:
-        request = queue_pb2.CreateQueueRequest(name=name, config=convert.spec_to_pb(spec))
-        remote = await self._metadata_call(forwarded, "CreateQueue", request)
-        if remote is not None:
-            await self._wait_for_queue(name)
-            return remote
-        nodes = [n for n in self.node.view.nodes().values() if n.state == "alive"]
-        existing = self.node.view.queue(name)
-        if existing is None:
-            if spec.replication_factor > len(nodes):
-                raise errors.InvalidArgument(
-                    "config.replication_factor",
-                    f"{spec.replication_factor} replicas need {spec.replication_factor} live "
-                    f"nodes; the cluster has {len(nodes)}",
-                )
-            if spec.dead_letter_queue and self.node.view.queue(spec.dead_letter_queue) is None:
-                raise errors.InvalidArgument(
-                    "config.dead_letter_queue", f"queue {spec.dead_letter_queue!r} does not exist"
-                )
-        if existing is not None:
-            # Idempotent re-create: the metadata machine answers (same spec ->
-            # the queue, different -> AlreadyExists); never place twice.
-            assignments = self.node.view.assignments(name)
-        else:
-            assignments = place_partitions(
-                nodes, self._all_assignments(), spec.partitions, spec.replication_factor
-            )
-        await self.node.submit_metadata(
-            meta.CreateQueue(
-                name=name, config=spec, assignments=tuple(assignments), now_ms=_now_ms()
-            )
-        )
-        await self._wait_for_leaders(name)
-        return await self.queue_info(name, depth=False)
-
-    def _all_assignments(self) -> list[Any]:
-        out: list[Any] = []
-        for q in self.node.view.queues():
-            out.extend(self.node.view.assignments(q.name))
-        return out
-
-    async def _wait_for_queue(self, name: str) -> None:
-        deadline = time.monotonic() + CREATE_WAIT_S
-        while self.node.view.queue(name) is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-
-    async def _wait_for_leaders(self, name: str) -> None:
-        """Return once every partition has a leader (so a send right after
-        create works), or after CREATE_WAIT_S (partitions still electing)."""
-        q = self.node.queue_spec(name)
-        deadline = time.monotonic() + CREATE_WAIT_S
-        while time.monotonic() < deadline:
-            infos = await self.partition_infos(q)
-            if infos and all(p.leader for p in infos):
-                return
-            await asyncio.sleep(0.1)
-        log.warning("queue %s: not every partition has a leader yet", name)
-
-    async def delete_queue(self, name: str, forwarded: bool) -> None:
-        self.node.queue_spec(name)
-        request = queue_pb2.DeleteQueueRequest(name=name)
-        remote = await self._metadata_call(forwarded, "DeleteQueue", request)
-        if remote is None:
-            await self.node.submit_metadata(meta.DeleteQueue(name=name))
 
 
 def _now_ms() -> int:

@@ -95,7 +95,8 @@ def new_record(i: int, entry: queue_pb2.SendEntry, spec: QueueSpec) -> NewRecord
     if len(entry.body) > spec.max_message_bytes:
         raise errors.InvalidArgument(
             f"{field}.body",
-            f"{len(entry.body)} bytes is over the queue's max_message_bytes {spec.max_message_bytes}",
+            f"{len(entry.body)} bytes is over the queue's max_message_bytes "
+            f"{spec.max_message_bytes}",
         )
     if len(entry.dedup_id) > MAX_DEDUP_ID:
         raise errors.InvalidArgument(f"{field}.dedup_id", f"longer than {MAX_DEDUP_ID} characters")
@@ -153,3 +154,15 @@ def check_range(value: int, lo: int, hi: int, field: str) -> int:
     if not lo <= value <= hi:
         raise errors.InvalidArgument(field, f"{value} is outside [{lo}, {hi}]")
     return value
+
+
+def history_pb(history: Any) -> Any:
+    """GetHistoryResponse from the machine's delivery history of one record."""
+    return queue_pb2.GetHistoryResponse(
+        state=history.state,
+        receive_count=history.receive_count,
+        deliveries=[
+            queue_pb2.Delivery(time_ms=d.time_ms, consumer=d.consumer, deadline_ms=d.deadline_ms)
+            for d in history.deliveries
+        ],
+    )

@@ -1,9 +1,10 @@
 """The node process: ``raftq node --config FILE`` (or ``python -m raft_queue.server.main``).
 
 Starts the Raft driver, the metadata replica, the reconciler, the
-registration heartbeat and the grpc.aio server (QueueService, AdminService,
-grpc.health.v1, reflection). SIGTERM / SIGINT stop it cleanly: gRPC first
-(in-flight calls get 2 s), then every Raft group (journals flushed).
+registration heartbeat, housekeeping (retention, dead letters) and the
+grpc.aio server (QueueService, AdminService, grpc.health.v1, reflection).
+SIGTERM / SIGINT stop it cleanly: gRPC first (in-flight calls get 2 s), then
+every Raft group (journals flushed).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from raft_queue import config as config_mod
 from raft_queue._proto.raft_queue.v1 import admin_pb2, admin_pb2_grpc, queue_pb2, queue_pb2_grpc
 from raft_queue.server.admin_service import AdminService, registration_loop
 from raft_queue.server.cluster import Cluster
+from raft_queue.server.housekeeping import Housekeeper
 from raft_queue.server.node import Node
 from raft_queue.server.peers import CHANNEL_OPTIONS, Peers
 from raft_queue.server.queue_service import QueueService
@@ -47,7 +49,8 @@ async def serve(config: config_mod.NodeConfig) -> None:
     await loop.run_in_executor(None, node.start, loop)
     cluster = Cluster(node, Peers(dial))
     server = grpc.aio.server(options=CHANNEL_OPTIONS)
-    queue_pb2_grpc.add_QueueServiceServicer_to_server(QueueService(cluster), server)
+    queue_service = QueueService(cluster)
+    queue_pb2_grpc.add_QueueServiceServicer_to_server(queue_service, server)
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(cluster), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -65,6 +68,7 @@ async def serve(config: config_mod.NodeConfig) -> None:
     tasks = [
         asyncio.create_task(node.reconcile_forever()),
         asyncio.create_task(registration_loop(cluster, config.cluster.heartbeat_period_s)),
+        asyncio.create_task(Housekeeper(cluster, queue_service.sender).run_forever()),
     ]
     log.info("node %s serving gRPC on %s", node.id, node.address)
     print(f"raftq node {node.id} ready on {node.address}", flush=True)

@@ -14,6 +14,7 @@ that the driver thread is mutating.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
@@ -32,6 +33,7 @@ from raft_queue.replication.metadata import MetadataReplica
 from raft_queue.replication.partition import PartitionReplica
 from raft_queue.replication.raft import check_version
 from raft_queue.server.convert import partition_config
+from raft_queue.server.wakeups import Wakeups
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +72,13 @@ class Node:
         self._leader_since: dict[ReplicaKey, float] = {}
         self._changed = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.wakeups: Wakeups
         self.started_at = time.monotonic()
 
     # ---- lifecycle ---------------------------------------------------------------------
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self.wakeups = Wakeups(loop)
         self.host.start()
         if self.config.controller:
             me = self.controllers.get(self.id) or (
@@ -90,6 +94,7 @@ class Node:
             peers,
             os.path.join(self.config.data_dir, "metadata"),
             election_timeout_s=self.election_s,
+            heartbeat_s=self.config.raft.heartbeat_period_s,
             dial=self._dial,
             on_change=self._on_metadata_change,
         )
@@ -166,10 +171,8 @@ class Node:
             except Exception:
                 log.exception("reconcile failed")
             self._changed.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout=0.2)
-            except TimeoutError:
-                pass
 
     def reconcile(self) -> None:
         wanted = self._wanted_replicas()
@@ -215,9 +218,12 @@ class Node:
 
     def _configure_leaders(self) -> None:
         """Every local leader applies its queue's current config once (the
-        Configure command is replicated, so followers and later leaders have it)."""
+        Configure command is replicated, so followers and later leaders have it).
+        Durability is local to each replica: every replica follows the spec."""
         for key, replica in list(self.replicas.items()):
             q = self.view.queue(key.queue)
+            if q is not None and replica.durability != q.spec.durability:
+                replica.set_durability(q.spec.durability)
             if q is None or not replica.is_leader() or self.configured.get(key) == q.spec:
                 continue
             fut = replica.submit(Configure(partition_config(q.spec)))
@@ -247,7 +253,7 @@ class Node:
 
     def _open_replica(self, key: ReplicaKey, me: str, peers: list[str]) -> PartitionReplica:
         spec = self.view.queue(key.queue)
-        fsync = spec is None or spec.spec.durability == "fsync"
+        durability = "fsync" if spec is None else spec.spec.durability
         replica = PartitionReplica(
             key.name,
             self.host,
@@ -255,10 +261,12 @@ class Node:
             peers,
             self._replica_dir(key),
             election_timeout_s=self.election_s,
+            heartbeat_s=self.config.raft.heartbeat_period_s,
             dial=self._dial,
-            fsync=fsync,
+            durability=durability,
             log_compaction_min_entries=self.config.raft.log_compaction_min_entries,
         )
+        replica.on_wake = self.wakeups.hook((key.queue, key.partition))
         self.host.add(replica)
         return replica
 

@@ -75,4 +75,5 @@ class Peers:
 
 async def abort_remote(context: grpc.aio.ServicerContext, exc: RemoteError) -> None:
     err = exc.err
-    await context.abort(err.code(), err.details() or "", err.trailing_metadata())
+    # grpc.aio hands back a Metadata object; abort() takes a tuple of pairs.
+    await context.abort(err.code(), err.details() or "", tuple(err.trailing_metadata() or ()))

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n+raft_queue/_proto/raft_queue/v1/admin.proto\x12\rraft_queue.v1\"\x90\x01\n\x08NodeInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x12\n\ncontroller\x18\x04 \x01(\x08\x12\x17\n\x0fmetadata_leader\x18\x05 \x01(\x08\x12\x0c\n\x04rack\x18\x06 \x01(\t\x12\x1d\n\x15last_heartbeat_age_ms\x18\x07 \x01(\x04\"\xae\x02\n\rReplicaStatus\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x0c\n\x04role\x18\x04 \x01(\t\x12\x0e\n\x06leader\x18\x05 \x01(\t\x12\x0c\n\x04term\x18\x06 \x01(\x04\x12\x14\n\x0c\x63ommit_index\x18\x07 \x01(\x04\x12\x14\n\x0clast_applied\x18\x08 \x01(\x04\x12\x0f\n\x07log_len\x18\t \x01(\x04\x12\x13\n\x0bnext_offset\x18\n \x01(\x04\x12\x0e\n\x06\x64igest\x18\x0b \x01(\t\x12\x12\n\nhas_quorum\x18\x0c \x01(\x08\x12\x17\n\x0f\x65\x61rliest_offset\x18\r \x01(\x04\x12\x10\n\x08messages\x18\x0e \x01(\x04\x12\x11\n\tin_flight\x18\x0f \x01(\x04\x12\r\n\x05\x65poch\x18\x10 \x01(\x04\"/\n\x14\x43lusterStatusRequest\x12\x17\n\x0finclude_digests\x18\x01 \x01(\x08\"\xb7\x01\n\x15\x43lusterStatusResponse\x12&\n\x05nodes\x18\x01 \x03(\x0b\x32\x17.raft_queue.v1.NodeInfo\x12\x17\n\x0fmetadata_leader\x18\x02 \x01(\t\x12\x18\n\x10metadata_version\x18\x03 \x01(\x04\x12.\n\x08replicas\x18\x04 \x03(\x0b\x32\x1c.raft_queue.v1.ReplicaStatus\x12\x13\n\x0bunreachable\x18\x05 \x03(\t\",\n\x11NodeStatusRequest\x12\x17\n\x0finclude_digests\x18\x01 \x01(\x08\"l\n\x12NodeStatusResponse\x12\x0c\n\x04node\x18\x01 \x01(\t\x12.\n\x08replicas\x18\x02 \x03(\x0b\x32\x1c.raft_queue.v1.ReplicaStatus\x12\x18\n\x10metadata_version\x18\x03 \x01(\x04\"\xae\x01\n\x10HeartbeatRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x11\n\traft_host\x18\x03 \x01(\t\x12\x0c\n\x04rack\x18\x04 \x01(\t\x12\x18\n\x10metadata_version\x18\x05 \x01(\x04\x12\x15\n\rraft_port_min\x18\x06 \x01(\r\x12\x15\n\rraft_port_max\x18\x07 \x01(\r\x12\x12\n\ncontroller\x18\x08 \x01(\x08\"-\n\x11HeartbeatResponse\x12\x18\n\x10metadata_version\x18\x01 \x01(\x04\x32\x8d\x02\n\x0c\x41\x64minService\x12Z\n\rClusterStatus\x12#.raft_queue.v1.ClusterStatusRequest\x1a$.raft_queue.v1.ClusterStatusResponse\x12Q\n\nNodeStatus\x12 .raft_queue.v1.NodeStatusRequest\x1a!.raft_queue.v1.NodeStatusResponse\x12N\n\tHeartbeat\x12\x1f.raft_queue.v1.HeartbeatRequest\x1a .raft_queue.v1.HeartbeatResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n+raft_queue/_proto/raft_queue/v1/admin.proto\x12\rraft_queue.v1\"\x90\x01\n\x08NodeInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x12\n\ncontroller\x18\x04 \x01(\x08\x12\x17\n\x0fmetadata_leader\x18\x05 \x01(\x08\x12\x0c\n\x04rack\x18\x06 \x01(\t\x12\x1d\n\x15last_heartbeat_age_ms\x18\x07 \x01(\x04\"\xf9\x02\n\rReplicaStatus\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x0c\n\x04role\x18\x04 \x01(\t\x12\x0e\n\x06leader\x18\x05 \x01(\t\x12\x0c\n\x04term\x18\x06 \x01(\x04\x12\x14\n\x0c\x63ommit_index\x18\x07 \x01(\x04\x12\x14\n\x0clast_applied\x18\x08 \x01(\x04\x12\x0f\n\x07log_len\x18\t \x01(\x04\x12\x13\n\x0bnext_offset\x18\n \x01(\x04\x12\x0e\n\x06\x64igest\x18\x0b \x01(\t\x12\x12\n\nhas_quorum\x18\x0c \x01(\x08\x12\x17\n\x0f\x65\x61rliest_offset\x18\r \x01(\x04\x12\x10\n\x08messages\x18\x0e \x01(\x04\x12\x11\n\tin_flight\x18\x0f \x01(\x04\x12\r\n\x05\x65poch\x18\x10 \x01(\x04\x12\x0f\n\x07\x64\x65layed\x18\x11 \x01(\x04\x12\x0c\n\x04\x64\x65\x61\x64\x18\x12 \x01(\x04\x12\r\n\x05\x62ytes\x18\x13 \x01(\x04\x12\x1b\n\x13oldest_timestamp_ms\x18\x14 \x01(\x04\"/\n\x14\x43lusterStatusRequest\x12\x17\n\x0finclude_digests\x18\x01 \x01(\x08\"\xb7\x01\n\x15\x43lusterStatusResponse\x12&\n\x05nodes\x18\x01 \x03(\x0b\x32\x17.raft_queue.v1.NodeInfo\x12\x17\n\x0fmetadata_leader\x18\x02 \x01(\t\x12\x18\n\x10metadata_version\x18\x03 \x01(\x04\x12.\n\x08replicas\x18\x04 \x03(\x0b\x32\x1c.raft_queue.v1.ReplicaStatus\x12\x13\n\x0bunreachable\x18\x05 \x03(\t\",\n\x11NodeStatusRequest\x12\x17\n\x0finclude_digests\x18\x01 \x01(\x08\"l\n\x12NodeStatusResponse\x12\x0c\n\x04node\x18\x01 \x01(\t\x12.\n\x08replicas\x18\x02 \x03(\x0b\x32\x1c.raft_queue.v1.ReplicaStatus\x12\x18\n\x10metadata_version\x18\x03 \x01(\x04\"\xae\x01\n\x10HeartbeatRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x11\n\traft_host\x18\x03 \x01(\t\x12\x0c\n\x04rack\x18\x04 \x01(\t\x12\x18\n\x10metadata_version\x18\x05 \x01(\x04\x12\x15\n\rraft_port_min\x18\x06 \x01(\r\x12\x15\n\rraft_port_max\x18\x07 \x01(\r\x12\x12\n\ncontroller\x18\x08 \x01(\x08\"-\n\x11HeartbeatResponse\x12\x18\n\x10metadata_version\x18\x01 \x01(\x04\x32\x8d\x02\n\x0c\x41\x64minService\x12Z\n\rClusterStatus\x12#.raft_queue.v1.ClusterStatusRequest\x1a$.raft_queue.v1.ClusterStatusResponse\x12Q\n\nNodeStatus\x12 .raft_queue.v1.NodeStatusRequest\x1a!.raft_queue.v1.NodeStatusResponse\x12N\n\tHeartbeat\x12\x1f.raft_queue.v1.HeartbeatRequest\x1a .raft_queue.v1.HeartbeatResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,19 +34,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NODEINFO']._serialized_start=63
   _globals['_NODEINFO']._serialized_end=207
   _globals['_REPLICASTATUS']._serialized_start=210
-  _globals['_REPLICASTATUS']._serialized_end=512
-  _globals['_CLUSTERSTATUSREQUEST']._serialized_start=514
-  _globals['_CLUSTERSTATUSREQUEST']._serialized_end=561
-  _globals['_CLUSTERSTATUSRESPONSE']._serialized_start=564
-  _globals['_CLUSTERSTATUSRESPONSE']._serialized_end=747
-  _globals['_NODESTATUSREQUEST']._serialized_start=749
-  _globals['_NODESTATUSREQUEST']._serialized_end=793
-  _globals['_NODESTATUSRESPONSE']._serialized_start=795
-  _globals['_NODESTATUSRESPONSE']._serialized_end=903
-  _globals['_HEARTBEATREQUEST']._serialized_start=906
-  _globals['_HEARTBEATREQUEST']._serialized_end=1080
-  _globals['_HEARTBEATRESPONSE']._serialized_start=1082
-  _globals['_HEARTBEATRESPONSE']._serialized_end=1127
-  _globals['_ADMINSERVICE']._serialized_start=1130
-  _globals['_ADMINSERVICE']._serialized_end=1399
+  _globals['_REPLICASTATUS']._serialized_end=587
+  _globals['_CLUSTERSTATUSREQUEST']._serialized_start=589
+  _globals['_CLUSTERSTATUSREQUEST']._serialized_end=636
+  _globals['_CLUSTERSTATUSRESPONSE']._serialized_start=639
+  _globals['_CLUSTERSTATUSRESPONSE']._serialized_end=822
+  _globals['_NODESTATUSREQUEST']._serialized_start=824
+  _globals['_NODESTATUSREQUEST']._serialized_end=868
+  _globals['_NODESTATUSRESPONSE']._serialized_start=870
+  _globals['_NODESTATUSRESPONSE']._serialized_end=978
+  _globals['_HEARTBEATREQUEST']._serialized_start=981
+  _globals['_HEARTBEATREQUEST']._serialized_end=1155
+  _globals['_HEARTBEATRESPONSE']._serialized_start=1157
+  _globals['_HEARTBEATRESPONSE']._serialized_end=1202
+  _globals['_ADMINSERVICE']._serialized_start=1205
+  _globals['_ADMINSERVICE']._serialized_end=1474
 # @@protoc_insertion_point(module_scope)

@@ -25,7 +25,7 @@ class NodeInfo(_message.Message):
     def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[str] = ..., controller: _Optional[bool] = ..., metadata_leader: _Optional[bool] = ..., rack: _Optional[str] = ..., last_heartbeat_age_ms: _Optional[int] = ...) -> None: ...
 
 class ReplicaStatus(_message.Message):
-    __slots__ = ("queue", "partition", "node", "role", "leader", "term", "commit_index", "last_applied", "log_len", "next_offset", "digest", "has_quorum", "earliest_offset", "messages", "in_flight", "epoch")
+    __slots__ = ("queue", "partition", "node", "role", "leader", "term", "commit_index", "last_applied", "log_len", "next_offset", "digest", "has_quorum", "earliest_offset", "messages", "in_flight", "epoch", "delayed", "dead", "bytes", "oldest_timestamp_ms")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +42,10 @@ class ReplicaStatus(_message.Message):
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_FIELD_NUMBER: _ClassVar[int]
+    DEAD_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     queue: str
     partition: int
     node: str
@@ -58,7 +62,11 @@ class ReplicaStatus(_message.Message):
     messages: int
     in_flight: int
     epoch: int
-    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., node: _Optional[str] = ..., role: _Optional[str] = ..., leader: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., last_applied: _Optional[int] = ..., log_len: _Optional[int] = ..., next_offset: _Optional[int] = ..., digest: _Optional[str] = ..., has_quorum: _Optional[bool] = ..., earliest_offset: _Optional[int] = ..., messages: _Optional[int] = ..., in_flight: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+    delayed: int
+    dead: int
+    bytes: int
+    oldest_timestamp_ms: int
+    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., node: _Optional[str] = ..., role: _Optional[str] = ..., leader: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., last_applied: _Optional[int] = ..., log_len: _Optional[int] = ..., next_offset: _Optional[int] = ..., digest: _Optional[str] = ..., has_quorum: _Optional[bool] = ..., earliest_offset: _Optional[int] = ..., messages: _Optional[int] = ..., in_flight: _Optional[int] = ..., epoch: _Optional[int] = ..., delayed: _Optional[int] = ..., dead: _Optional[int] = ..., bytes: _Optional[int] = ..., oldest_timestamp_ms: _Optional[int] = ...) -> None: ...
 
 class ClusterStatusRequest(_message.Message):
     __slots__ = ("include_digests",)

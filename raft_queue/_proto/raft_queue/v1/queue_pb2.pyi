@@ -56,18 +56,26 @@ class QueueConfig(_message.Message):
     def __init__(self, partitions: _Optional[int] = ..., replication_factor: _Optional[int] = ..., durability: _Optional[_Union[Durability, str]] = ..., ordering: _Optional[_Union[Ordering, str]] = ..., visibility_timeout_ms: _Optional[int] = ..., max_receives: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ...) -> None: ...
 
 class QueueInfo(_message.Message):
-    __slots__ = ("name", "config", "created_ms", "messages", "in_flight")
+    __slots__ = ("name", "config", "created_ms", "messages", "in_flight", "delayed", "dead", "oldest_message_age_ms", "bytes")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     CREATED_MS_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_FIELD_NUMBER: _ClassVar[int]
+    DEAD_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_MESSAGE_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
     name: str
     config: QueueConfig
     created_ms: int
     messages: int
     in_flight: int
-    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[QueueConfig, _Mapping]] = ..., created_ms: _Optional[int] = ..., messages: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...
+    delayed: int
+    dead: int
+    oldest_message_age_ms: int
+    bytes: int
+    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[QueueConfig, _Mapping]] = ..., created_ms: _Optional[int] = ..., messages: _Optional[int] = ..., in_flight: _Optional[int] = ..., delayed: _Optional[int] = ..., dead: _Optional[int] = ..., oldest_message_age_ms: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
 
 class Message(_message.Message):
     __slots__ = ("queue", "partition", "offset", "body", "key", "headers", "timestamp_ms", "receipt", "receive_count", "dedup_id")
@@ -169,6 +177,26 @@ class DeleteQueueResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class UpdateQueueRequest(_message.Message):
+    __slots__ = ("name", "config")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    config: QueueConfig
+    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[QueueConfig, _Mapping]] = ...) -> None: ...
+
+class PurgeQueueRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class PurgeQueueResponse(_message.Message):
+    __slots__ = ("removed",)
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    removed: int
+    def __init__(self, removed: _Optional[int] = ...) -> None: ...
+
 class SendRequest(_message.Message):
     __slots__ = ("queue", "entries")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
@@ -248,18 +276,20 @@ class ReceiptsResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[ReceiptResult, _Mapping]]] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
-    __slots__ = ("queue", "partition", "offset", "max_messages", "wait_ms")
+    __slots__ = ("queue", "partition", "offset", "max_messages", "wait_ms", "timestamp_ms")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     queue: str
     partition: int
     offset: int
     max_messages: int
     wait_ms: int
-    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+    timestamp_ms: int
+    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., wait_ms: _Optional[int] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
 
 class ReadResponse(_message.Message):
     __slots__ = ("messages", "next_offset", "earliest_offset", "latest_offset")
@@ -329,8 +359,17 @@ class CommitOffsetsRequest(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., group: _Optional[str] = ..., offsets: _Optional[_Mapping[int, int]] = ..., reset: _Optional[bool] = ...) -> None: ...
 
 class CommitOffsetsResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("offsets",)
+    class OffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.ScalarMap[int, int]
+    def __init__(self, offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
 class GetOffsetsRequest(_message.Message):
     __slots__ = ("queue", "group")
@@ -352,3 +391,45 @@ class GetOffsetsResponse(_message.Message):
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     offsets: _containers.ScalarMap[int, int]
     def __init__(self, offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
+class Delivery(_message.Message):
+    __slots__ = ("time_ms", "consumer", "deadline_ms")
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    time_ms: int
+    consumer: str
+    deadline_ms: int
+    def __init__(self, time_ms: _Optional[int] = ..., consumer: _Optional[str] = ..., deadline_ms: _Optional[int] = ...) -> None: ...
+
+class GetHistoryRequest(_message.Message):
+    __slots__ = ("queue", "partition", "offset")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    partition: int
+    offset: int
+    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class GetHistoryResponse(_message.Message):
+    __slots__ = ("state", "receive_count", "deliveries")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    RECEIVE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    receive_count: int
+    deliveries: _containers.RepeatedCompositeFieldContainer[Delivery]
+    def __init__(self, state: _Optional[str] = ..., receive_count: _Optional[int] = ..., deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ...) -> None: ...
+
+class SubscribeRequest(_message.Message):
+    __slots__ = ("queue", "visibility_ms", "consumer", "credit")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    VISIBILITY_MS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    CREDIT_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    visibility_ms: int
+    consumer: str
+    credit: int
+    def __init__(self, queue: _Optional[str] = ..., visibility_ms: _Optional[int] = ..., consumer: _Optional[str] = ..., credit: _Optional[int] = ...) -> None: ...

@@ -54,6 +54,16 @@ class QueueServiceStub:
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.DeleteQueueRequest.SerializeToString,
                 response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.DeleteQueueResponse.FromString,
                 _registered_method=True)
+        self.UpdateQueue = channel.unary_unary(
+                '/raft_queue.v1.QueueService/UpdateQueue',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.UpdateQueueRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.QueueInfo.FromString,
+                _registered_method=True)
+        self.PurgeQueue = channel.unary_unary(
+                '/raft_queue.v1.QueueService/PurgeQueue',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.PurgeQueueRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.PurgeQueueResponse.FromString,
+                _registered_method=True)
         self.Send = channel.unary_unary(
                 '/raft_queue.v1.QueueService/Send',
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SendRequest.SerializeToString,
@@ -99,6 +109,16 @@ class QueueServiceStub:
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.GetOffsetsRequest.SerializeToString,
                 response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.GetOffsetsResponse.FromString,
                 _registered_method=True)
+        self.GetHistory = channel.unary_unary(
+                '/raft_queue.v1.QueueService/GetHistory',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.GetHistoryRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.GetHistoryResponse.FromString,
+                _registered_method=True)
+        self.Subscribe = channel.stream_stream(
+                '/raft_queue.v1.QueueService/Subscribe',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SubscribeRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.Message.FromString,
+                _registered_method=True)
 
 
 class QueueServiceServicer:
@@ -123,6 +143,18 @@ class QueueServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteQueue(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateQueue(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PurgeQueue(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -182,6 +214,18 @@ class QueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetHistory(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Subscribe(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -204,6 +248,16 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     servicer.DeleteQueue,
                     request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.DeleteQueueRequest.FromString,
                     response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.DeleteQueueResponse.SerializeToString,
+            ),
+            'UpdateQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateQueue,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.UpdateQueueRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.QueueInfo.SerializeToString,
+            ),
+            'PurgeQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.PurgeQueue,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.PurgeQueueRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.PurgeQueueResponse.SerializeToString,
             ),
             'Send': grpc.unary_unary_rpc_method_handler(
                     servicer.Send,
@@ -249,6 +303,16 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     servicer.GetOffsets,
                     request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.GetOffsetsRequest.FromString,
                     response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.GetOffsetsResponse.SerializeToString,
+            ),
+            'GetHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetHistory,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.GetHistoryRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.GetHistoryResponse.SerializeToString,
+            ),
+            'Subscribe': grpc.stream_stream_rpc_method_handler(
+                    servicer.Subscribe,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SubscribeRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.Message.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -359,6 +423,60 @@ class QueueService:
             '/raft_queue.v1.QueueService/DeleteQueue',
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.DeleteQueueRequest.SerializeToString,
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.DeleteQueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.QueueService/UpdateQueue',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.UpdateQueueRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.QueueInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PurgeQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.QueueService/PurgeQueue',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.PurgeQueueRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.PurgeQueueResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -602,6 +720,60 @@ class QueueService:
             '/raft_queue.v1.QueueService/GetOffsets',
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.GetOffsetsRequest.SerializeToString,
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.GetOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.QueueService/GetHistory',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.GetHistoryRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.GetHistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Subscribe(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/raft_queue.v1.QueueService/Subscribe',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SubscribeRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.Message.FromString,
             options,
             channel_credentials,
             insecure,

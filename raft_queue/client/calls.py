@@ -1,0 +1,293 @@
+"""What each SDK method does, without doing any I/O (sans-IO, as h11).
+
+A *flow* is a generator: it yields ``Call`` (one logical RPC: method,
+request, routing target, retry policy), receives the response (or has the
+QueueError thrown into it), and returns the method's result. The sync
+``Client`` and the asyncio ``AsyncClient`` drive the same flows, so both
+have exactly the same behaviour and only their transport differs.
+
+Flows may read and update the ``Router`` (leader cache); they never touch a
+channel or sleep.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from raft_queue._proto.raft_queue.v1 import admin_pb2, queue_pb2
+from raft_queue.client import models
+from raft_queue.client.models import Message, OutgoingMessage, SendResult
+from raft_queue.client.partitioner import RoundRobin, partition_for_key
+from raft_queue.client.routing import AnyNode, PartitionLeaders, Router, SomeLeaderOf
+from raft_queue.errors import Internal, InvalidArgument, NotFound
+
+MAX_BATCH = 1000  # entries per Send RPC (the server's limit)
+
+T = TypeVar("T")
+Target = AnyNode | PartitionLeaders | SomeLeaderOf
+Receipts = str | Message | Iterable[str | Message]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One logical RPC. ``mutating``: may change state (a lost response is
+    OutcomeUnknown, not Unavailable); ``idempotent``: safe to retry after
+    OutcomeUnknown; ``extra_s``: time budget added for calls that wait on
+    purpose (long polls)."""
+
+    rpc: str
+    request: Any
+    to: Target | None = None
+    admin: bool = False
+    mutating: bool = True
+    idempotent: bool = True
+    extra_s: float = 0.0
+
+
+Flow = Generator[Call, Any, T]
+
+
+def receipt_list(receipts: Receipts) -> list[str]:
+    """Accept one receipt, a Message, or an iterable of either (a str is one receipt)."""
+    items = [receipts] if isinstance(receipts, str | Message) else list(receipts)
+    out = [r.receipt if isinstance(r, Message) else r for r in items]
+    if not all(isinstance(r, str) and r for r in out):
+        raise InvalidArgument("receipts", "every receipt must be a non-empty string")
+    return out
+
+
+# ---- queues ----------------------------------------------------------------------
+
+
+def create_queue(router: Router, name: str, config: Mapping[str, Any]) -> Flow[models.QueueInfo]:
+    """Idempotent: an existing queue with the same definition is returned."""
+    pb_config = models.config_to_pb(config)
+    request = models.build_request(queue_pb2.CreateQueueRequest, name=name, config=pb_config)
+    router.drop_queue(name)
+    return models.queue_info_from_pb((yield Call("CreateQueue", request)))
+
+
+def update_queue(router: Router, name: str, config: Mapping[str, Any]) -> Flow[models.QueueInfo]:
+    """Change the given fields only (None: unchanged)."""
+    pb_config = models.config_to_pb(config)
+    request = models.build_request(queue_pb2.UpdateQueueRequest, name=name, config=pb_config)
+    return models.queue_info_from_pb((yield Call("UpdateQueue", request)))
+
+
+def get_queue(name: str) -> Flow[models.QueueInfo]:
+    request = models.build_request(queue_pb2.GetQueueRequest, name=name)
+    return models.queue_info_from_pb((yield Call("GetQueue", request, mutating=False)))
+
+
+def list_queues() -> Flow[list[models.QueueInfo]]:
+    response = yield Call("ListQueues", queue_pb2.ListQueuesRequest(), mutating=False)
+    return [models.queue_info_from_pb(q) for q in response.queues]
+
+
+def delete_queue(router: Router, name: str) -> Flow[None]:
+    """Not retried after OutcomeUnknown (a retry would say NotFound)."""
+    router.drop_queue(name)
+    request = models.build_request(queue_pb2.DeleteQueueRequest, name=name)
+    yield Call("DeleteQueue", request, idempotent=False)
+
+
+def purge_queue(name: str) -> Flow[int]:
+    """Drop every message of ``name``; how many were dropped."""
+    request = models.build_request(queue_pb2.PurgeQueueRequest, name=name)
+    return int((yield Call("PurgeQueue", request)).removed)
+
+
+def partitions(router: Router, queue: str) -> Flow[list[models.PartitionInfo]]:
+    """Describe ``queue``'s partitions, and refresh the leader cache with it."""
+    request = models.build_request(queue_pb2.GetPartitionsRequest, queue=queue)
+    try:
+        response = yield Call("GetPartitions", request, mutating=False)
+    except NotFound:
+        router.drop_queue(queue)
+        raise
+    infos = [models.partition_from_pb(p) for p in response.partitions]
+    router.update_partitions(queue, infos)
+    return infos
+
+
+def partition_count(router: Router, queue: str) -> Flow[int]:
+    count = router.partition_count(queue)
+    if count is None:
+        count = len((yield from partitions(router, queue)))
+    if count < 1:
+        raise Internal(f"queue {queue!r} reports no partitions")
+    return count
+
+
+# ---- send --------------------------------------------------------------------------
+
+
+def send_batch(
+    router: Router,
+    round_robin: RoundRobin,
+    queue: str,
+    messages: Iterable[OutgoingMessage | bytes | str],
+) -> Flow[list[SendResult]]:
+    """Placement: the explicit ``partition``, else the hash of ``key``, else
+    the hash of a caller-given ``dedup_id`` (a re-send finds the partition
+    that remembers it), else round robin. Entries are grouped by cached
+    leader, one RPC per leader per chunk of ``MAX_BATCH``, in sequence."""
+    pending = list(messages)
+    if not pending:
+        return []
+    count = yield from partition_count(router, queue)
+    prepared = [_prepare(round_robin, queue, count, m) for m in pending]
+    results: list[SendResult | None] = [None] * len(prepared)
+    for indexes in _plan(router, queue, prepared):
+        entries = [prepared[i] for i in indexes]
+        request = models.build_request(queue_pb2.SendRequest, queue=queue, entries=entries)
+        target = PartitionLeaders(queue, [e.partition for e in entries])
+        try:
+            response = yield Call("Send", request, target)
+        except NotFound:
+            router.drop_queue(queue)  # deleted or recreated: placement is stale
+            raise
+        if len(response.results) != len(indexes):
+            raise Internal(f"Send returned {len(response.results)} results for {len(indexes)}")
+        for i, result in zip(indexes, response.results, strict=True):
+            results[i] = models.send_result_from_pb(result)
+    return [r for r in results if r is not None]
+
+
+def _prepare(
+    round_robin: RoundRobin, queue: str, count: int, message: OutgoingMessage | bytes | str
+) -> queue_pb2.SendEntry:
+    """Fix a message's partition and dedup id once, so every retry sends the same entry."""
+    if not isinstance(message, OutgoingMessage):
+        message = OutgoingMessage(body=message)
+    if message.partition is not None and message.partition < 0:
+        raise InvalidArgument("partition", f"must be >= 0, got {message.partition}")
+    if message.partition is not None:
+        partition = message.partition
+    elif message.key:
+        partition = partition_for_key(message.key, count)
+    elif message.dedup_id:
+        partition = partition_for_key(message.dedup_id, count)
+    else:
+        partition = round_robin.next(queue, count)
+    dedup_id = message.dedup_id or uuid.uuid4().hex
+    return models.entry_to_pb(message, partition, dedup_id)
+
+
+def _plan(router: Router, queue: str, entries: Sequence[queue_pb2.SendEntry]) -> list[list[int]]:
+    """Indexes of ``entries`` grouped by cached leader ("" = unknown), chunked."""
+    groups: dict[str, list[int]] = {}
+    for i, entry in enumerate(entries):
+        leader = router.leader(queue, entry.partition) or ""
+        groups.setdefault(leader, []).append(i)
+    return [
+        group[start : start + MAX_BATCH]
+        for group in groups.values()
+        for start in range(0, len(group), MAX_BATCH)
+    ]
+
+
+# ---- receive and receipts ---------------------------------------------------------------
+
+
+def receive(
+    router: Router,
+    queue: str,
+    max_messages: int,
+    visibility_ms: int | None,
+    wait_ms: int,
+    consumer: str,
+) -> Flow[list[Message]]:
+    fields: dict[str, Any] = {
+        "queue": queue,
+        "max_messages": max_messages,
+        "wait_ms": wait_ms,
+        "consumer": consumer,
+    }
+    if visibility_ms is not None:
+        fields["visibility_ms"] = visibility_ms
+    request = models.build_request(queue_pb2.ReceiveRequest, **fields)
+    yield from partition_count(router, queue)  # learn the leaders, to prefer one of them
+    response = yield Call("Receive", request, SomeLeaderOf(queue), extra_s=wait_ms / 1000)
+    return [models.message_from_pb(m) for m in response.messages]
+
+
+def settle(
+    rpc: str, request_cls: Any, queue: str, receipts: Receipts, **fields: Any
+) -> Flow[list[models.ReceiptResult]]:
+    """Ack-like calls go to any node (the server routes each receipt).
+
+    Retried even after OutcomeUnknown: a repeat reports the receipt as not
+    ok ("not found" / "stale") although the first attempt took effect.
+    """
+    request = models.build_request(
+        request_cls, queue=queue, receipts=receipt_list(receipts), **fields
+    )
+    response = yield Call(rpc, request)
+    return [models.receipt_result_from_pb(r) for r in response.results]
+
+
+# ---- replay -----------------------------------------------------------------------------
+
+
+def read(
+    router: Router,
+    queue: str,
+    partition: int,
+    offset: int,
+    max_messages: int,
+    wait_ms: int,
+    timestamp_ms: int | None = None,
+) -> Flow[models.ReadResult]:
+    fields: dict[str, Any] = {}
+    if timestamp_ms is not None:
+        fields["timestamp_ms"] = timestamp_ms
+    request = models.build_request(
+        queue_pb2.ReadRequest,
+        queue=queue,
+        partition=partition,
+        offset=offset,
+        max_messages=max_messages,
+        wait_ms=wait_ms,
+        **fields,
+    )
+    yield from partition_count(router, queue)  # learn the leaders (cached)
+    target = PartitionLeaders(queue, [partition])
+    response = yield Call("Read", request, target, mutating=False, extra_s=wait_ms / 1000)
+    return models.read_result_from_pb(response)
+
+
+def commit_offsets(
+    queue: str, group: str, offsets: Mapping[int, int], reset: bool
+) -> Flow[dict[int, int]]:
+    request = models.build_request(
+        queue_pb2.CommitOffsetsRequest,
+        queue=queue,
+        group=group,
+        offsets=dict(offsets),
+        reset=reset,
+    )
+    return dict((yield Call("CommitOffsets", request)).offsets)
+
+
+def get_offsets(queue: str, group: str) -> Flow[dict[int, int]]:
+    request = models.build_request(queue_pb2.GetOffsetsRequest, queue=queue, group=group)
+    return dict((yield Call("GetOffsets", request, mutating=False)).offsets)
+
+
+def get_history(router: Router, queue: str, partition: int, offset: int) -> Flow[models.History]:
+    request = models.build_request(
+        queue_pb2.GetHistoryRequest, queue=queue, partition=partition, offset=offset
+    )
+    yield from partition_count(router, queue)
+    target = PartitionLeaders(queue, [partition])
+    return models.history_from_pb((yield Call("GetHistory", request, target, mutating=False)))
+
+
+def cluster_status(include_digests: bool) -> Flow[models.ClusterStatus]:
+    request = models.build_request(admin_pb2.ClusterStatusRequest, include_digests=include_digests)
+    response = yield Call("ClusterStatus", request, admin=True, mutating=False)
+    return models.cluster_status_from_pb(response)

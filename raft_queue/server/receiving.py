@@ -1,0 +1,246 @@
+"""Receive (leases, long polls) and the receipt calls (Ack, Nack, ChangeVisibility).
+
+Long polls never spin. A Receive that found nothing:
+
+- waits on this node's leader partitions through ``Wakeups`` (woken by the
+  apply of an Append, Nack, ... on the driver thread) and sleeps at most
+  until the earliest lease deadline or delay of those partitions;
+- and, when it came from a client (not forwarded), holds one forwarded
+  long-poll Receive open on every other node leading a partition of the
+  queue. The first non-empty answer wins; the others are cancelled.
+
+A cancelled Receive never loses messages: a lease that completes after (or
+while) its request is cancelled is given back at once (Nack, delay 0), so
+the messages are visible again without waiting for their visibility timeout.
+They keep the receive count of that lease. Leases taken by a round that
+returned more than ``max_messages`` (two nodes answered together) are given
+back the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from raft_queue import errors
+from raft_queue._proto.raft_queue.v1 import queue_pb2
+from raft_queue.core import commands as cmd
+from raft_queue.replication.partition import PartitionReplica
+from raft_queue.server import convert
+from raft_queue.server.cluster import Cluster
+from raft_queue.server.peers import RemoteError
+from raft_queue.server.sending import now_ms
+
+# A waiting Receive re-checks which partitions this node leads at least this
+# often (leadership moves), even when nothing wakes it.
+RECHECK_S = 1.0
+
+
+class Receiver:
+    def __init__(self, cluster: Cluster) -> None:
+        self.c = cluster
+        self.limits = cluster.node.config.limits
+
+    # ---- Receive ---------------------------------------------------------------------
+    async def receive(self, request: Any, forwarded: bool) -> list[Any]:
+        q = self.c.node.queue_spec(request.queue)
+        max_n = convert.check_range(
+            request.max_messages or 1, 1, self.limits.max_receive_messages, "max_messages"
+        )
+        visibility = q.spec.visibility_timeout_ms
+        if request.HasField("visibility_ms"):
+            visibility = convert.check_range(
+                request.visibility_ms, 0, convert.MAX_VISIBILITY_MS, "visibility_ms"
+            )
+        # 0 in a Lease command means "the queue's default"; an explicit 0 here
+        # means "visible again at once", which 1 ms is.
+        visibility = max(visibility, 1)
+        wait_ms = convert.check_range(request.wait_ms, 0, self.limits.max_wait_ms, "wait_ms")
+        args = (q, request.consumer, max_n, visibility)
+        deadline = asyncio.get_running_loop().time() + wait_ms / 1000
+        if forwarded:
+            return await self._local_until(*args, deadline)
+        out = await self._round(*args)
+        if out or wait_ms == 0:
+            return out
+        return await self._long_poll(*args, deadline)
+
+    async def _round(self, q: Any, consumer: str, max_n: int, visibility: int) -> list[Any]:
+        """One immediate attempt: local leaders, then the other leader nodes."""
+        out: list[Any] = []
+        await self._lease_local(q, consumer, max_n, visibility, out)
+        _, remote = self.c.split_partitions(q.name, q.spec.partitions)
+        for address in remote:
+            if len(out) >= max_n:
+                break
+            out.extend(await self._forward(address, q, consumer, max_n - len(out), visibility, 0))
+        return out
+
+    async def _long_poll(
+        self, q: Any, consumer: str, max_n: int, visibility: int, deadline: float
+    ) -> list[Any]:
+        loop = asyncio.get_running_loop()
+        wait_ms = int(max(0.0, deadline - loop.time()) * 1000)
+        _, remote = self.c.split_partitions(q.name, q.spec.partitions)
+        tasks = {asyncio.ensure_future(self._local_until(q, consumer, max_n, visibility, deadline))}
+        for address in remote:
+            call = self._forward(address, q, consumer, max_n, visibility, wait_ms)
+            tasks.add(asyncio.ensure_future(call))
+        got: list[Any] = []
+        try:
+            while tasks and not got:
+                done, tasks = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    if not task.cancelled() and task.exception() is None:
+                        got.extend(task.result())
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if len(got) > max_n:
+            await self.give_back(q, got[max_n:])
+        return got[:max_n]
+
+    async def _forward(
+        self, address: str, q: Any, consumer: str, max_n: int, visibility: int, wait_ms: int
+    ) -> list[Any]:
+        sub = queue_pb2.ReceiveRequest(
+            queue=q.name,
+            max_messages=max_n,
+            visibility_ms=visibility,
+            consumer=consumer,
+            wait_ms=wait_ms,
+        )
+        try:
+            resp = await self.c.peers.forward(
+                address, "Receive", sub, self.c.timeout_s + wait_ms / 1000
+            )
+        except RemoteError:
+            return []  # that node's partitions are skipped this time
+        return list(resp.messages)
+
+    async def _local_until(
+        self, q: Any, consumer: str, max_n: int, visibility: int, deadline: float
+    ) -> list[Any]:
+        """Lease from local leaders; when there is nothing, sleep until woken,
+        a local timer is due, or ``deadline`` (loop time)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            local, _ = self.c.split_partitions(q.name, q.spec.partitions)
+            keys = [(q.name, part) for part, _ in local]
+            seen = self.c.wakeups.seen(keys)
+            out: list[Any] = []
+            await self._lease_local(q, consumer, max_n, visibility, out)
+            remaining = deadline - loop.time()
+            if out or remaining <= 0:
+                return out
+            sleep_s = min(remaining, RECHECK_S, _until_due_s([r for _, r in local]))
+            await self.c.wakeups.wait(keys, seen, sleep_s)
+
+    async def _lease_local(
+        self, q: Any, consumer: str, max_n: int, visibility: int, out: list[Any]
+    ) -> None:
+        """Append to ``out`` leases from the partitions this node leads. If
+        cancelled, what ``out`` holds is given back before re-raising."""
+        local, _ = self.c.split_partitions(q.name, q.spec.partitions)
+        try:
+            for part, replica in local:
+                if len(out) >= max_n:
+                    return
+                if self.c.maybe_empty(replica):
+                    continue
+                lease = cmd.Lease(consumer, max_n - len(out), visibility, now_ms())
+                try:
+                    res = await _submit_lease(replica, lease, self.c.timeout_s)
+                except errors.QueueError:
+                    continue  # lost leadership or timed out: other partitions still serve
+                for m in res.messages:
+                    receipt = convert.encode_receipt(q.uid, part, m.record.offset, m.epoch)
+                    out.append(convert.message_pb(q.name, part, m.record, receipt, m.receive_count))
+        except asyncio.CancelledError:
+            if out:
+                asyncio.ensure_future(self.give_back(q, list(out)))
+            raise
+
+    async def give_back(self, q: Any, messages: list[Any]) -> None:
+        """Nack (delay 0) leases this node took but will not deliver."""
+        request = queue_pb2.NackRequest(queue=q.name, receipts=[m.receipt for m in messages])
+        with contextlib.suppress(errors.QueueError, RemoteError):
+            await self.settle(request, False, lambda refs, now: cmd.Nack(refs, 0, now), "Nack")
+
+    # ---- receipts --------------------------------------------------------------------------
+    async def settle(
+        self, request: Any, forwarded: bool, make: Callable[..., Any], method: str
+    ) -> list[Any]:
+        """One ReceiptResult per receipt, in order; each partition's receipts
+        go to its leader as one command (one Raft entry, or part of one)."""
+        q = self.c.node.queue_spec(request.queue)
+        if not request.receipts:
+            raise errors.InvalidArgument("receipts", "at least one receipt is required")
+        by_part: dict[int, list[tuple[int, Any]]] = defaultdict(list)
+        for i, receipt in enumerate(request.receipts):
+            part, ref = convert.decode_receipt(i, receipt, q.uid, q.spec.partitions)
+            by_part[part].append((i, ref))
+        results: list[Any] = [None] * len(request.receipts)
+
+        async def one(part: int, items: list[tuple[int, Any]]) -> None:
+            replica = self.c.local_leader(q.name, part, forwarded)
+            if replica is not None:
+                res = await self.c.submit(replica, make(tuple(r for _, r in items), now_ms()))
+                for (i, _), outcome in zip(items, res.outcomes, strict=True):
+                    results[i] = receipt_result(request.receipts[i], outcome)
+                return
+            sub = type(request)()
+            sub.CopyFrom(request)
+            del sub.receipts[:]
+            sub.receipts.extend(request.receipts[i] for i, _ in items)
+            resp = await self.c.forward_to_leader(q.name, part, method, sub)
+            for (i, _), res in zip(items, resp.results, strict=True):
+                results[i] = res
+
+        await asyncio.gather(*(one(p, items) for p, items in by_part.items()))
+        return results
+
+
+async def _submit_lease(replica: PartitionReplica, lease: cmd.Lease, timeout_s: float) -> Any:
+    """Submit ``lease``; if the caller is cancelled, the leases it still
+    takes are given back (Nack, delay 0) from the driver thread."""
+    fut = replica.submit(lease, timeout_s)
+    try:
+        return await asyncio.shield(asyncio.wrap_future(fut))
+    except asyncio.CancelledError:
+        fut.add_done_callback(lambda f: _nack_unwanted(replica, f))
+        raise
+
+
+def _nack_unwanted(replica: PartitionReplica, fut: Future[Any]) -> None:
+    if fut.cancelled() or fut.exception() is not None:
+        return
+    refs = tuple(cmd.ReceiptRef(m.record.offset, m.epoch) for m in fut.result().messages)
+    if refs:
+        replica.submit(cmd.Nack(refs, 0, now_ms()))
+
+
+def _until_due_s(replicas: list[PartitionReplica]) -> float:
+    """Seconds until the earliest lease deadline or delay of ``replicas``
+    (a little after, so the timer is surely due); RECHECK_S if none."""
+    dues = [d for d in (r.next_due_ms() for r in replicas) if d is not None]
+    if not dues:
+        return RECHECK_S
+    return max(0.0, (min(dues) - now_ms()) / 1000) + 0.002
+
+
+STALE_REASON = "stale receipt: the lease expired and the message was received again since"
+NOT_FOUND_REASON = "not found: already acked, dead-lettered, expired or purged"
+
+
+def receipt_result(receipt: str, outcome: str) -> Any:
+    ok = outcome.lower() == "ok"
+    reason = {"stale": STALE_REASON, "not_found": NOT_FOUND_REASON}
+    return queue_pb2.ReceiptResult(
+        receipt=receipt, ok=ok, error="" if ok else reason.get(outcome.lower(), outcome)
+    )

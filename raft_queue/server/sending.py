@@ -1,0 +1,100 @@
+"""The send path: validate, place, append on each partition leader (or forward).
+
+Used by QueueService.Send and by housekeeping (dead letters moving to their
+dead-letter queue), so both get the same validation, placement and
+durability reporting.
+
+Placement of an entry: its explicit ``partition``, else the hash of its
+``key``, else the hash of its ``dedup_id`` (so a repeated send of the same
+dedup id lands on the partition that remembers it, and the duplicate is
+found), else round robin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from raft_queue import errors
+from raft_queue._proto.raft_queue.v1 import queue_pb2
+from raft_queue.client.partitioner import partition_for_key
+from raft_queue.core import commands as cmd
+from raft_queue.server import convert
+from raft_queue.server.cluster import Cluster
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Sender:
+    def __init__(self, cluster: Cluster) -> None:
+        self.c = cluster
+        self.limits = cluster.node.config.limits
+
+    def place(self, i: int, entry: Any, partitions: int) -> int:
+        """The partition of ``entries[i]`` (see the module doc)."""
+        if entry.HasField("partition"):
+            return convert.check_range(
+                entry.partition, 0, partitions - 1, f"entries[{i}].partition"
+            )
+        if entry.key:
+            return partition_for_key(entry.key, partitions)
+        if entry.dedup_id:
+            return partition_for_key(entry.dedup_id, partitions)
+        return self.c.partition_of(i, entry, partitions)
+
+    async def send(self, q: Any, entries: Sequence[Any], forwarded: bool) -> list[Any]:
+        """SendResults in the order of ``entries``; every entry is validated
+        before anything is appended (bad input writes nothing)."""
+        if not entries:
+            raise errors.InvalidArgument("entries", "at least one message is required")
+        if len(entries) > self.limits.max_batch_messages:
+            raise errors.InvalidArgument(
+                "entries", f"{len(entries)} messages; at most {self.limits.max_batch_messages}"
+            )
+        by_part: dict[int, list[tuple[int, Any]]] = defaultdict(list)
+        for i, entry in enumerate(entries):
+            part = self.place(i, entry, q.spec.partitions)
+            by_part[part].append((i, convert.new_record(i, entry, q.spec)))
+        results: list[Any] = [None] * len(entries)
+        await asyncio.gather(
+            *(
+                self._send_partition(q, part, items, entries, results, forwarded)
+                for part, items in by_part.items()
+            )
+        )
+        return results
+
+    async def _send_partition(
+        self,
+        q: Any,
+        part: int,
+        items: list[tuple[int, Any]],
+        entries: Sequence[Any],
+        results: list[Any],
+        forwarded: bool,
+    ) -> None:
+        replica = self.c.local_leader(q.name, part, forwarded)
+        if replica is not None:
+            records = tuple(rec for _, rec in items)
+            res, reached = await self.c.submit_append(replica, cmd.Append(records, now_ms()))
+            for (i, _), item in zip(items, res.items, strict=True):
+                results[i] = queue_pb2.SendResult(
+                    partition=part,
+                    offset=item.offset,
+                    duplicate=item.duplicate,
+                    durability=convert.DURABILITY[reached],
+                )
+            return
+        sub = queue_pb2.SendRequest(queue=q.name)
+        for i, _ in items:
+            entry = sub.entries.add()
+            entry.CopyFrom(entries[i])
+            entry.partition = part
+        resp = await self.c.forward_to_leader(q.name, part, "Send", sub)
+        for (i, _), res in zip(items, resp.results, strict=True):
+            results[i] = res

@@ -1,0 +1,74 @@
+"""Subscribe: push delivery over a bidirectional stream, credit-based.
+
+The client's first message names the queue (and optionally visibility and
+consumer id); every message may grant more credit, which adds up. The server
+long-polls (``Receiver``) for at most the credit left and sends what it
+leases, so it never sends more than was granted. Messages are leased exactly
+as by Receive: the client acks through Ack/Nack, and the leases of a stream
+that drops expire after their visibility timeout (none is lost). A lease
+taken while the stream is being cancelled is given back at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from raft_queue import errors
+from raft_queue._proto.raft_queue.v1 import queue_pb2
+from raft_queue.server.cluster import Cluster
+from raft_queue.server.receiving import Receiver
+
+MAX_PUSH_BATCH = 100
+
+
+class Subscriber:
+    def __init__(self, cluster: Cluster, receiver: Receiver) -> None:
+        self.c = cluster
+        self.receiver = receiver
+        self.limits = cluster.node.config.limits
+
+    async def serve(self, requests: Any, context: Any) -> AsyncIterator[Any]:
+        """Yield leased messages as credit allows, until the client goes away."""
+        first = await _first(requests)
+        q = self.c.node.queue_spec(first.queue)
+        template = queue_pb2.ReceiveRequest(queue=q.name, consumer=first.consumer)
+        if first.HasField("visibility_ms"):
+            template.visibility_ms = first.visibility_ms
+        credit = [first.credit]
+        granted = asyncio.Event()
+        reader = asyncio.ensure_future(_read_credit(requests, credit, granted))
+        try:
+            while True:
+                if credit[0] <= 0:
+                    if reader.done():
+                        return  # no credit left and the client will grant no more
+                    granted.clear()
+                    await granted.wait()
+                    continue
+                request = queue_pb2.ReceiveRequest()
+                request.CopyFrom(template)
+                request.max_messages = min(credit[0], MAX_PUSH_BATCH)
+                request.wait_ms = self.limits.max_wait_ms
+                for message in await self.receiver.receive(request, forwarded=False):
+                    credit[0] -= 1
+                    yield message
+        finally:
+            reader.cancel()
+
+
+async def _first(requests: Any) -> Any:
+    async for request in requests:
+        if not request.queue:
+            raise errors.InvalidArgument("queue", "the first Subscribe message names the queue")
+        return request
+    raise errors.InvalidArgument("queue", "the stream ended before naming a queue")
+
+
+async def _read_credit(requests: Any, credit: list[int], granted: asyncio.Event) -> None:
+    async for request in requests:
+        if request.credit:
+            credit[0] += request.credit
+            granted.set()
+    granted.set()
