@@ -1,0 +1,141 @@
+"""raft_queue behind the peer harness's adapter interface (QueueAdapter in loadgen.py).
+
+So the shared harness can run its own W1-W4 code against us, exactly as it ran
+NATS and RabbitMQ::
+
+    .venv/bin/raftq dev up --data-dir /tmp/raftq-peer --base-port 17100 &
+    .venv/bin/python /work/shared/bench/peers/loadgen.py run \\
+        --peer raft_queue.bench.peer_adapter:RaftQueueAdapter \\
+        --opt target=127.0.0.1:17101,127.0.0.1:17102,127.0.0.1:17103
+
+``loadgen.py`` imports only the standard library, so our venv's python can run
+it; W4's consumer is a spawned process that imports this module by name, so
+raft_queue must be importable there (our venv, or ``pip install -e /work/main``
+into the harness venv). The class duck-types QueueAdapter (the harness never
+checks the base class), so this module does not depend on loadgen.py's path.
+
+Options (``--opt key=value``): ``target`` bootstrap addresses (default
+$RAFTQ_SERVER or 127.0.0.1:7101); ``partitions`` (1, as the peers' single
+stream/queue); ``durability`` (fsync); ``threads`` concurrent Send RPCs per
+publish_batch (4); ``pids`` comma-separated node pids for the server CPU
+column, else every ``raft_queue.server.main`` process whose command line
+contains ``cluster_dir`` (default: all of them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from raft_queue.client import MAX_BATCH, Client
+from raft_queue.errors import NotFound
+
+SERVER_MODULE = b"raft_queue.server.main"
+
+
+class RaftQueueAdapter:
+    """One Client, one queue ``dest`` (replication 3). publish_batch returns when the
+    Send RPCs returned, i.e. every message is committed by a majority of its
+    partition's Raft group (journal fsynced under durability fsync); consume
+    leases with receive and acks synchronously before returning the payloads."""
+
+    name = "raft_queue"
+
+    def __init__(
+        self, dest: str, max_inflight: int = 1, consumer_window: int = 1024, **opts: Any
+    ) -> None:
+        self.dest = dest  # "pb_w1".. are valid queue names
+        self.max_inflight = max(1, int(max_inflight))
+        self.consumer_window = max(1, int(consumer_window))
+        self.target = str(opts.get("target") or os.environ.get("RAFTQ_SERVER", "127.0.0.1:7101"))
+        self.partitions = int(opts.get("partitions", 1))
+        self.durability = str(opts.get("durability", "fsync"))
+        self.threads = max(1, int(opts.get("threads", 4)))
+        self.pids = [int(x) for x in str(opts.get("pids", "")).split(",") if x.strip()]
+        self.cluster_dir = str(opts.get("cluster_dir", ""))
+        self.client: Client | None = None
+        self._pool: ThreadPoolExecutor | None = None
+
+    def connect(self) -> None:
+        self.client = Client(self.target, timeout_s=60)
+        self._pool = ThreadPoolExecutor(self.threads)
+
+    def _c(self) -> Client:
+        if self.client is None:
+            raise RuntimeError("connect() first")
+        return self.client
+
+    def reset(self) -> None:
+        """Delete and re-create ``dest``: a new queue uid, so it is empty."""
+        with contextlib.suppress(NotFound):
+            self._c().delete_queue(self.dest)
+        self._c().create_queue(
+            self.dest,
+            partitions=self.partitions,
+            replication_factor=3,
+            durability=self.durability,
+        )
+        self.prepare_consumer()
+
+    def prepare_consumer(self) -> None:
+        """Learn the partitions' leaders before the clock starts (W4 calls this)."""
+        self._c().partitions(self.dest)
+
+    def publish_batch(self, msgs: list[bytes]) -> None:
+        """One Send RPC per MAX_BATCH chunk, up to ``threads`` chunks at a time."""
+        client = self._c()
+        if len(msgs) <= MAX_BATCH or self._pool is None:
+            client.send_batch(self.dest, msgs)
+            return
+        chunks = [msgs[i : i + MAX_BATCH] for i in range(0, len(msgs), MAX_BATCH)]
+        for future in [self._pool.submit(client.send_batch, self.dest, c) for c in chunks]:
+            future.result()  # raises the chunk's QueueError
+
+    def consume(self, n: int, timeout: float = 1.0) -> list[bytes]:
+        """Lease up to ``n`` (at most the server's 1000), ack them, return the bodies."""
+        client = self._c()
+        wait_ms = max(0, int(timeout * 1000))
+        batch = client.receive(self.dest, max_messages=min(n, MAX_BATCH), wait_ms=wait_ms)
+        if batch:
+            client.ack(self.dest, batch)
+        return [m.body for m in batch]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+    def describe(self) -> dict[str, Any]:
+        from importlib.metadata import version
+
+        return {
+            "server_version": version("raft-queue"),
+            "target": self.target,
+            "partitions": self.partitions,
+            "replicas": 3,
+            "durability": self.durability,
+            "publish_threads": self.threads,
+            "client": "raft_queue SDK (grpcio " + version("grpcio") + ")",
+        }
+
+    def server_pids(self) -> list[int]:
+        """The node processes, for the harness's server CPU column."""
+        if self.pids:
+            return [p for p in self.pids if os.path.exists(f"/proc/{p}")]
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmdline = f.read()
+            except OSError:
+                continue
+            if SERVER_MODULE in cmdline and self.cluster_dir.encode() in cmdline:
+                found.append(int(entry))
+        return sorted(found)
