@@ -19,8 +19,32 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from raft_queue.core import validate as v
+from raft_queue.core.records import NewRecord, put_new_record, read_new_record
 from raft_queue.core.wire import Malformed, Reader, put_bytes, put_str, put_uvarint
 from raft_queue.errors import InvalidArgument
+
+__all__ = [
+    "ORDERINGS",
+    "Ack",
+    "Append",
+    "Batch",
+    "ChangeVisibility",
+    "Command",
+    "CommitOffset",
+    "Configure",
+    "Expire",
+    "ForgetDead",
+    "Lease",
+    "Nack",
+    "NewRecord",  # defined in records, re-exported: commands carry records
+    "PartitionConfig",
+    "Purge",
+    "ReceiptRef",
+    "decode",
+    "encode",
+    "put_config",
+    "read_config",
+]
 
 ORDERINGS = ("none", "fifo")
 
@@ -52,29 +76,6 @@ class PartitionConfig:
         v.uint64("retention_ms", self.retention_ms)
         v.uint64("retention_bytes", self.retention_bytes)
         v.uint32("delay_ms", self.delay_ms)
-
-
-@dataclass(frozen=True, slots=True)
-class NewRecord:
-    """A record to append. ``key`` groups records for FIFO ordering ("" = no
-    group); ``dedup_id`` ("" = none) makes retries idempotent within the
-    dedup window; ``delay_ms`` keeps it invisible to Lease that long after
-    its append (reads by offset see it at once).
-    """
-
-    body: bytes
-    key: str = ""
-    headers: tuple[tuple[str, bytes], ...] = ()
-    dedup_id: str = ""
-    delay_ms: int = 0
-
-    def __post_init__(self) -> None:
-        if type(self.body) is not bytes:
-            raise InvalidArgument("body", "must be bytes")
-        v.string("key", self.key)
-        v.string("dedup_id", self.dedup_id)
-        v.uint32("delay_ms", self.delay_ms)
-        v.headers(self.headers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,38 +271,6 @@ def read_config(r: Reader) -> PartitionConfig:
     return PartitionConfig(ORDERINGS[ordering], *ints)
 
 
-Headers = tuple[tuple[str, bytes], ...]
-
-
-def put_record_fields(buf: bytearray, rec: NewRecord) -> None:
-    """dedup_id, key, headers: shared by Append and the stored record format."""
-    put_str(buf, rec.dedup_id)
-    put_str(buf, rec.key)
-    put_uvarint(buf, len(rec.headers))
-    for name, value in rec.headers:
-        put_str(buf, name)
-        put_bytes(buf, value)
-
-
-def read_record_fields(r: Reader) -> tuple[str, str, Headers]:
-    """Inverse of ``put_record_fields``: (dedup_id, key, headers)."""
-    dedup_id = r.str_()
-    key = r.str_()
-    return dedup_id, key, tuple((r.str_(), r.bytes_()) for _ in range(r.uvarint()))
-
-
-def _put_record(buf: bytearray, rec: NewRecord) -> None:
-    put_uvarint(buf, rec.delay_ms)
-    put_record_fields(buf, rec)
-    put_bytes(buf, rec.body)
-
-
-def _read_record(r: Reader) -> NewRecord:
-    delay_ms = r.uvarint()
-    dedup_id, key, headers = read_record_fields(r)
-    return NewRecord(r.bytes_(), key, headers, dedup_id, delay_ms)
-
-
 def _put_receipts(buf: bytearray, receipts: tuple[ReceiptRef, ...]) -> None:
     put_uvarint(buf, len(receipts))
     for ref in receipts:
@@ -322,12 +291,12 @@ def _enc_append(buf: bytearray, c: Append) -> None:
     put_uvarint(buf, c.now_ms)
     put_uvarint(buf, len(c.records))
     for rec in c.records:
-        _put_record(buf, rec)
+        put_new_record(buf, rec)
 
 
 def _dec_append(r: Reader) -> Append:
     now_ms = r.uvarint()
-    return Append(tuple(_read_record(r) for _ in range(r.uvarint())), now_ms)
+    return Append(tuple(read_new_record(r) for _ in range(r.uvarint())), now_ms)
 
 
 def _enc_lease(buf: bytearray, c: Lease) -> None:

@@ -1,0 +1,257 @@
+"""PartitionMachine: the replicated state of one queue partition.
+
+Every replica applies the same decoded commands, in Raft order, each in one
+write transaction of its own store; ``apply`` reads no clock and no random
+source (time is the leader's ``now_ms`` in the command), so replicas hold
+identical bytes, which ``digest`` proves. The machine holds no state between
+calls: everything lives in the tables (``state.TABLES``), so a snapshot is the
+store's image and a restored replica needs nothing else.
+
+Costs: Append is one put per record (plus one per dedup id) and one counters
+put per apply; Lease, Ack and Nack touch a handful of small tables per record;
+``stats`` is O(1) plus the timers already due.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from itertools import islice
+from typing import Any
+
+from raft_queue.core import dedup, delivery, retention
+from raft_queue.core.commands import (
+    Ack,
+    Append,
+    Batch,
+    ChangeVisibility,
+    Command,
+    CommitOffset,
+    Configure,
+    Expire,
+    ForgetDead,
+    Lease,
+    Nack,
+    PartitionConfig,
+    Purge,
+)
+from raft_queue.core.kv import KVTxn
+from raft_queue.core.records import StoredRecord, decode_value, encode_value, payload_size
+from raft_queue.core.results import (
+    AppendItem,
+    AppendResult,
+    LeaseResult,
+    PartitionStats,
+    ReadResult,
+    ReceiptsResult,
+    Result,
+)
+from raft_queue.core.state import (
+    DELIVERY,
+    GROUPS,
+    RECORDS,
+    TABLES,
+    TIMERS,
+    Delivery,
+    Status,
+    View,
+    int_of,
+    load_config,
+    load_counters,
+    pair_key,
+    store_config,
+    u64,
+)
+from raft_queue.core.wire import U64_MAX
+from raft_queue.errors import InvalidArgument
+
+
+class PartitionMachine:
+    """Stateless: one instance may serve any number of stores."""
+
+    TABLES: tuple[str, ...] = TABLES
+
+    def apply(self, txn: KVTxn, cmd: Command) -> Result:
+        """Apply ``cmd`` inside ``txn`` (the caller commits). Deterministic.
+
+        Raises InvalidArgument only for something that is not a command; a
+        valid command always applies (refusals are in its result).
+        """
+        view = View(txn)
+        result = self._dispatch(view, cmd)
+        view.flush()
+        return result
+
+    def _dispatch(self, view: View, cmd: Command) -> Result:
+        handler = _HANDLERS.get(type(cmd))
+        if handler is None:
+            raise InvalidArgument("command", f"not a command: {type(cmd).__name__}")
+        return handler(view, cmd)
+
+    def read(
+        self, txn: KVTxn, offset: int, max_records: int, max_bytes: int | None = None
+    ) -> ReadResult:
+        """Retained records from ``offset`` on (acked or not: the log is
+        replayable), at most ``max_records`` and, past the first record, at most
+        ``max_bytes`` of bodies. An offset outside ``[earliest, latest)`` reads
+        nothing (``next_offset == offset``); the caller compares it with the
+        bounds in the result and decides (the server raises OutOfRange below
+        ``earliest``, as Kafka)."""
+        c = load_counters(txn)
+        records: list[StoredRecord] = []
+        total = 0
+        start = u64(offset) if c.earliest <= offset < c.next_offset else None
+        scan = txn.scan(RECORDS, start) if start is not None else iter(())
+        for raw_key, value in islice(scan, max(max_records, 0)):
+            rec = decode_value(int_of(raw_key), value)
+            total += len(rec.body)
+            if records and max_bytes is not None and total > max_bytes:
+                break
+            records.append(rec)
+        next_offset = records[-1].offset + 1 if records else offset
+        return ReadResult(tuple(records), next_offset, c.earliest, c.next_offset)
+
+    def stats(self, txn: KVTxn, now_ms: int) -> PartitionStats:
+        """Counters as of ``now_ms`` (leases and waits already due count as
+        ended; records the cursor has not reached count as messages, not
+        delayed, even if their delay has not passed)."""
+        c = load_counters(txn)
+        ended, waited, died = _due_timers(txn, load_config(txn), now_ms)
+        dead = c.dead + died
+        return PartitionStats(
+            earliest_offset=c.earliest,
+            latest_offset=c.next_offset,
+            messages=c.next_offset - c.earliest - c.done - dead,
+            in_flight=c.leased - ended,
+            delayed=c.waiting - waited,
+            dead=dead,
+            bytes=c.payload_bytes,
+        )
+
+    def offsets(self, txn: KVTxn) -> dict[str, int]:
+        """Committed consumer-group offsets."""
+        return {key.decode(): int_of(value) for key, value in txn.scan(GROUPS)}
+
+    def digest(self, txn: KVTxn) -> str:
+        """Hex SHA-256 over every table's entries in order: equal on replicas
+        that applied the same commands. O(size of the partition)."""
+        h = hashlib.sha256()
+        for table in self.TABLES:
+            h.update(b"T" + len(table).to_bytes(4, "big") + table.encode())
+            for key, value in txn.scan(table):
+                h.update(len(key).to_bytes(4, "big") + key)
+                h.update(len(value).to_bytes(8, "big") + value)
+        return h.hexdigest()
+
+
+def _due_timers(txn: KVTxn, cfg: PartitionConfig, now_ms: int) -> tuple[int, int, int]:
+    """Timers due by ``now_ms`` that no command has processed yet: (leases
+    ended, waits ended, leases ended that kill their record)."""
+    ended = waited = died = 0
+    stop = None if now_ms >= U64_MAX else pair_key(now_ms + 1, 0)
+    for key, status in txn.scan(TIMERS, b"", stop):
+        if status[0] != Status.LEASED:
+            waited += 1
+            continue
+        ended += 1
+        raw = txn.get(DELIVERY, key[8:])
+        if cfg.max_receives and raw and Delivery.unpack(raw).receive_count >= cfg.max_receives:
+            died += 1
+    return ended, waited, died
+
+
+def _configure(view: View, cmd: Configure) -> None:
+    was_fifo = view.fifo
+    view.cfg = cmd.config
+    store_config(view.txn, cmd.config)
+    if was_fifo and not view.fifo:
+        delivery.unblock_all(view)
+
+
+def _append(view: View, cmd: Append) -> AppendResult:
+    """Dense offsets; ``timestamp_ms`` is ``now_ms``, raised if needed to the
+    previous record's so timestamps never decrease (retention, delay and dedup
+    walk the log in time order)."""
+    c = view.c
+    ts = c.last_ts = max(cmd.now_ms, c.last_ts)
+    view.now = ts
+    dedup_on = view.cfg.dedup_window_ms > 0
+    put, offset, added = view.txn.put, c.next_offset, 0
+    items: list[AppendItem] = []
+    for rec in cmd.records:
+        if rec.dedup_id and dedup_on:
+            original = dedup.lookup_or_record(view, rec.dedup_id, offset, ts)
+            if original is not None:
+                items.append(AppendItem(original, True))
+                continue
+        put(RECORDS, u64(offset), encode_value(ts, rec))
+        added += payload_size(rec.key, rec.headers, rec.body)
+        items.append(AppendItem(offset, False))
+        offset += 1
+    c.next_offset, c.payload_bytes = offset, c.payload_bytes + added
+    return AppendResult(tuple(items))
+
+
+def _lease(view: View, cmd: Lease) -> LeaseResult:
+    view.now = cmd.now_ms
+    return LeaseResult(delivery.lease(view, cmd.max_records, cmd.visibility_ms))
+
+
+def _ack(view: View, cmd: Ack) -> ReceiptsResult:
+    view.now = cmd.now_ms
+    return ReceiptsResult(delivery.settle(view, cmd.receipts, delivery.ack))
+
+
+def _nack(view: View, cmd: Nack) -> ReceiptsResult:
+    view.now = cmd.now_ms
+    return ReceiptsResult(delivery.settle(view, cmd.receipts, delivery.nack_action(cmd.delay_ms)))
+
+
+def _change_visibility(view: View, cmd: ChangeVisibility) -> ReceiptsResult:
+    view.now = cmd.now_ms
+    action = delivery.visibility_action(cmd.visibility_ms)
+    return ReceiptsResult(delivery.settle(view, cmd.receipts, action))
+
+
+def _commit_offset(view: View, cmd: CommitOffset) -> int:
+    """Never backwards unless ``reset`` (as Kafka's committed offsets)."""
+    key = cmd.group.encode()
+    raw = view.txn.get(GROUPS, key)
+    if raw is not None and not cmd.reset and int_of(raw) >= cmd.offset:
+        return int_of(raw)
+    view.txn.put(GROUPS, key, u64(cmd.offset))
+    return cmd.offset
+
+
+def _expire(view: View, cmd: Expire) -> Result:
+    view.now = cmd.now_ms
+    return retention.expire(view)
+
+
+def _purge(view: View, cmd: Purge) -> int:
+    view.now = cmd.now_ms
+    return retention.purge(view)
+
+
+def _forget_dead(view: View, cmd: ForgetDead) -> int:
+    return retention.forget_dead(view, cmd.offsets)
+
+
+def _batch(view: View, cmd: Batch) -> tuple[Result, ...]:
+    """One transaction, one counters write; results in command order."""
+    return tuple(_HANDLERS[type(sub)](view, sub) for sub in cmd.commands)
+
+
+_HANDLERS: dict[type, Callable[[View, Any], Result]] = {
+    Configure: _configure,
+    Append: _append,
+    Lease: _lease,
+    Ack: _ack,
+    Nack: _nack,
+    ChangeVisibility: _change_visibility,
+    CommitOffset: _commit_offset,
+    Expire: _expire,
+    Purge: _purge,
+    ForgetDead: _forget_dead,
+    Batch: _batch,
+}

@@ -1,0 +1,77 @@
+"""What ``PartitionMachine.apply`` and its read methods return.
+
+Results never travel through Raft: every replica computes them locally and
+only the leader's reach the client, so they have no codec. Frozen and
+slotted like the commands; tuples, never lists, so they can be compared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from raft_queue.core.records import StoredRecord
+
+# ReceiptsResult outcomes, one per receipt.
+OK = "ok"
+STALE = "stale"  # the record was leased again since this receipt was issued
+NOT_FOUND = "not_found"  # acked, dead, removed by retention or purge, or never leased
+
+
+@dataclass(frozen=True, slots=True)
+class AppendItem:
+    offset: int
+    duplicate: bool  # dedup_id seen within the window: offset is the original's
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    items: tuple[AppendItem, ...]  # one per appended record, same order
+
+
+@dataclass(frozen=True, slots=True)
+class LeasedMessage:
+    record: StoredRecord
+    epoch: int  # goes into the receipt; a later lease of the record bumps it
+    receive_count: int  # leases of this record so far, this one included
+    deadline_ms: int  # invisible to other leases until then
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseResult:
+    messages: tuple[LeasedMessage, ...]  # in offset order
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptsResult:
+    outcomes: tuple[str, ...]  # OK, STALE or NOT_FOUND, one per receipt
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireResult:
+    removed: int  # records dropped from the front of the log
+    dead: tuple[int, ...]  # dead offsets not yet forgotten, ascending
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    records: tuple[StoredRecord, ...]
+    next_offset: int  # where the next read continues
+    earliest_offset: int
+    latest_offset: int  # the next offset to be assigned
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStats:
+    earliest_offset: int
+    latest_offset: int
+    messages: int  # retained, not acked and not dead
+    in_flight: int  # leased, deadline not passed
+    delayed: int  # waiting out a nack delay, or set aside by Lease for its delay
+    dead: int  # dead, waiting for ForgetDead
+    bytes: int  # payload bytes retained (see records.payload_size)
+
+
+Result: TypeAlias = (
+    None | AppendResult | LeaseResult | ReceiptsResult | ExpireResult | int | tuple["Result", ...]
+)

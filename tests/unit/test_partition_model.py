@@ -1,0 +1,418 @@
+"""PartitionMachine against a reference model (Hypothesis state machine).
+
+The model is the contract written as plainly as possible: a dict of records,
+each with a status, and "visible" computed from scratch on every lease. The
+machine (cursor, timers, ready/blocked tables, counters) must give exactly
+the same results, and a second replica fed the same commands through the
+wire codec must end with the same digest.
+
+Invariants checked on the way, independent of the model's bookkeeping:
+offsets only grow and are dense; a leased message is not delivered again
+before its deadline; an acked message is never delivered again; a dedup id
+within its window returns the original offset; FIFO never has two records of
+a key in flight and leases a key in offset order.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from raft_queue.core.commands import (
+    Ack,
+    Append,
+    ChangeVisibility,
+    Command,
+    CommitOffset,
+    Configure,
+    Expire,
+    ForgetDead,
+    Lease,
+    Nack,
+    NewRecord,
+    PartitionConfig,
+    Purge,
+    ReceiptRef,
+    decode,
+    encode,
+)
+from raft_queue.core.partition import PartitionMachine
+from raft_queue.core.results import (
+    NOT_FOUND,
+    OK,
+    STALE,
+    AppendItem,
+    AppendResult,
+    ExpireResult,
+    LeaseResult,
+    ReceiptsResult,
+)
+from raft_queue.core.state import (
+    BLOCKED,
+    DEAD,
+    DEDUP,
+    DELIVERY,
+    READY,
+    RECORDS,
+    TIMERS,
+    Delivery,
+    Status,
+    int_of,
+    load_counters,
+    unpack_pair,
+)
+from raft_queue.storage import MemoryStore
+
+FINISHED = ("done", "dead", "forgotten")
+
+
+@dataclass
+class Rec:
+    offset: int
+    ts: int
+    rec: NewRecord
+    status: str = "new"  # new | leased | waiting | ready | done | dead | forgotten
+    epoch: int = 0
+    count: int = 0
+    at: int = 0  # leased: deadline; waiting: visible-at
+
+    @property
+    def size(self) -> int:
+        r = self.rec
+        return (
+            len(r.body) + len(r.key.encode()) + sum(len(k.encode()) + len(v) for k, v in r.headers)
+        )
+
+
+@dataclass
+class Model:
+    """The partition contract, executed naively."""
+
+    cfg: PartitionConfig
+    recs: dict[int, Rec] = field(default_factory=dict)  # retained records
+    next_offset: int = 0
+    earliest: int = 0
+    last_ts: int = 0
+    dedup: dict[str, tuple[int, int]] = field(default_factory=dict)
+    groups: dict[str, int] = field(default_factory=dict)
+
+    def status_at(self, r: Rec, now: int) -> str:
+        """``r.status`` once the timers due by ``now`` have run."""
+        if r.status == "leased" and r.at <= now:
+            limit = self.cfg.max_receives
+            return "dead" if limit and r.count >= limit else "ready"
+        return "ready" if r.status == "waiting" and r.at <= now else r.status
+
+    def mature(self, now: int) -> None:
+        """Every command but Append and CommitOffset first runs the due timers."""
+        for r in self.recs.values():
+            r.status = self.status_at(r, now)
+
+    def append(self, recs: tuple[NewRecord, ...], now: int) -> AppendResult:
+        ts = self.last_ts = max(now, self.last_ts)
+        items = []
+        for rec in recs:
+            seen = self.dedup.get(rec.dedup_id)
+            window = self.cfg.dedup_window_ms
+            if rec.dedup_id and window and seen and ts - seen[1] < window:
+                items.append(AppendItem(seen[0], True))
+                continue
+            if rec.dedup_id and window:
+                self.dedup[rec.dedup_id] = (self.next_offset, ts)
+            self.recs[self.next_offset] = Rec(self.next_offset, ts, rec)
+            items.append(AppendItem(self.next_offset, False))
+            self.next_offset += 1
+        return AppendResult(tuple(items))
+
+    def is_head(self, r: Rec) -> bool:
+        if self.cfg.ordering != "fifo" or not r.rec.key:
+            return True
+        same = [
+            o for o, x in self.recs.items() if x.rec.key == r.rec.key and x.status not in FINISHED
+        ]
+        return min(same) == r.offset
+
+    def visible(self, r: Rec, now: int) -> bool:
+        if r.status == "new":
+            return now >= r.ts + max(r.rec.delay_ms, self.cfg.delay_ms) and self.is_head(r)
+        return r.status == "ready" and self.is_head(r)
+
+    def lease(self, n: int, visibility: int, now: int) -> list[tuple[int, int, int, int]]:
+        self.mature(now)
+        chosen = [r for o, r in sorted(self.recs.items()) if self.visible(r, now)][:n]
+        deadline = now + (visibility or self.cfg.visibility_timeout_ms)
+        for r in chosen:
+            r.status, r.epoch, r.count, r.at = "leased", r.epoch + 1, r.count + 1, deadline
+        return [(r.offset, r.epoch, r.count, deadline) for r in chosen]
+
+    def settle(self, refs: tuple[ReceiptRef, ...], now: int, action: Any) -> tuple[str, ...]:
+        self.mature(now)
+        out = []
+        for ref in refs:
+            r = self.recs.get(ref.offset)
+            if r is None or r.status in FINISHED or r.epoch == 0:
+                out.append(NOT_FOUND)
+            elif r.epoch != ref.epoch:
+                out.append(STALE)
+            else:
+                action(r)
+                out.append(OK)
+        return tuple(out)
+
+    def nack(self, r: Rec, delay: int, now: int) -> None:
+        if self.cfg.max_receives and r.count >= self.cfg.max_receives:
+            r.status = "dead"
+        elif delay == 0:
+            r.status = "ready"
+        else:
+            r.status, r.at = "waiting", now + delay
+
+    def expire(self, now: int) -> ExpireResult:
+        self.mature(now)
+        removed = 0
+        while self.earliest < self.next_offset and self.removable(self.recs[self.earliest], now):
+            del self.recs[self.earliest]
+            self.earliest += 1
+            removed += 1
+        dead = tuple(o for o, r in sorted(self.recs.items()) if r.status == "dead")
+        return ExpireResult(removed, dead)
+
+    def removable(self, r: Rec, now: int) -> bool:
+        cfg = self.cfg
+        if cfg.retention_ms and now - r.ts >= cfg.retention_ms:
+            return True
+        if cfg.retention_bytes and self.bytes() > cfg.retention_bytes:
+            return True
+        return cfg.retention_ms == 0 and r.status in ("done", "forgotten")
+
+    def bytes(self) -> int:
+        return sum(r.size for r in self.recs.values())
+
+    def in_flight(self, now: int) -> list[Rec]:
+        return [r for r in self.recs.values() if r.status == "leased" and r.at > now]
+
+
+class PartitionModelTest(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.machine = PartitionMachine()
+        self.replicas = [MemoryStore(PartitionMachine.TABLES) for _ in range(2)]
+        self.now = 1000
+        self.issued: list[ReceiptRef] = []
+        self.acked: set[int] = set()
+        self.dead_seen: tuple[int, ...] = ()
+        self.model = Model(PartitionConfig())
+
+    def run(self, cmd: Command) -> Any:
+        """Apply on replica 0 directly and on replica 1 through the codec."""
+        results = []
+        for store, c in zip(self.replicas, (cmd, decode(encode(cmd))), strict=True):
+            with store.begin(write=True) as txn:
+                results.append(self.machine.apply(txn, c))
+        assert results[0] == results[1]
+        return results[0]
+
+    @initialize(
+        ordering=st.sampled_from(["none", "fifo"]),
+        max_receives=st.sampled_from([0, 1, 2, 3]),
+        dedup_window_ms=st.sampled_from([0, 30, 300]),
+        retention_ms=st.sampled_from([0, 0, 50, 500]),
+        retention_bytes=st.sampled_from([0, 0, 12]),
+        delay_ms=st.sampled_from([0, 0, 10]),
+        visibility_timeout_ms=st.sampled_from([10, 50]),
+    )
+    def configure(self, **config: Any) -> None:
+        self.model.cfg = PartitionConfig(**config)
+        assert self.run(Configure(self.model.cfg)) is None
+
+    @rule(
+        records=st.lists(
+            st.builds(
+                NewRecord,
+                body=st.binary(max_size=4),
+                key=st.sampled_from(["", "a", "b", "c"]),
+                dedup_id=st.sampled_from(["", "", "d1", "d2", "d3"]),
+                delay_ms=st.sampled_from([0, 0, 0, 5, 40]),
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    )
+    def append(self, records: list[NewRecord]) -> None:
+        before, ts = self.model.next_offset, max(self.now, self.model.last_ts)
+        window = self.model.dedup.copy()
+        result = self.run(Append(tuple(records), self.now))
+        assert result == self.model.append(tuple(records), self.now)
+        fresh = [item.offset for item in result.items if not item.duplicate]
+        assert fresh == list(range(before, before + len(fresh)))  # dense, growing
+        for rec, item in zip(records, result.items, strict=True):
+            seen = window.get(rec.dedup_id)
+            if seen and ts - seen[1] < self.model.cfg.dedup_window_ms:
+                assert item == AppendItem(seen[0], True)
+
+    @rule(n=st.integers(1, 4), visibility=st.sampled_from([0, 5, 20, 100]))
+    def lease(self, n: int, visibility: int) -> None:
+        in_flight = {r.offset for r in self.model.in_flight(self.now)}
+        result = self.run(Lease("c", n, visibility, self.now))
+        assert isinstance(result, LeaseResult)
+        got = [(m.record.offset, m.epoch, m.receive_count, m.deadline_ms) for m in result.messages]
+        assert got == self.model.lease(n, visibility, self.now)
+        for m in result.messages:
+            assert m.record.offset not in in_flight  # invisible until its deadline
+            assert m.record.offset not in self.acked  # never redelivered once acked
+            assert m.record.body == self.model.recs[m.record.offset].rec.body
+            self.issued.append(ReceiptRef(m.record.offset, m.epoch))
+
+    def _receipts(self, data: st.DataObject) -> tuple[ReceiptRef, ...]:
+        pool = self.issued[-8:] + [ReceiptRef(self.model.next_offset + 3, 1)]
+        return tuple(data.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=3)))
+
+    @precondition(lambda self: self.issued)
+    @rule(data=st.data())
+    def ack(self, data: st.DataObject) -> None:
+        refs = self._receipts(data)
+
+        def done(r: Rec) -> None:
+            r.status = "done"
+
+        result = self.run(Ack(refs, self.now))
+        assert result == ReceiptsResult(self.model.settle(refs, self.now, done))
+        self.acked |= {ref.offset for ref, o in zip(refs, result.outcomes, strict=True) if o == OK}
+
+    @precondition(lambda self: self.issued)
+    @rule(data=st.data(), delay=st.sampled_from([0, 0, 15]))
+    def nack(self, data: st.DataObject, delay: int) -> None:
+        refs = self._receipts(data)
+        result = self.run(Nack(refs, delay, self.now))
+        expected = self.model.settle(refs, self.now, lambda r: self.model.nack(r, delay, self.now))
+        assert result == ReceiptsResult(expected)
+
+    @precondition(lambda self: self.issued)
+    @rule(data=st.data(), visibility=st.sampled_from([0, 10, 60]))
+    def change_visibility(self, data: st.DataObject, visibility: int) -> None:
+        refs = self._receipts(data)
+
+        def change(r: Rec) -> None:
+            r.status, r.at = "leased", self.now + visibility
+
+        result = self.run(ChangeVisibility(refs, visibility, self.now))
+        assert result == ReceiptsResult(self.model.settle(refs, self.now, change))
+
+    @rule(ms=st.sampled_from([0, 1, 5, 10, 25, 100, 400]))
+    def advance_clock(self, ms: int) -> None:
+        self.now += ms
+
+    @rule(back=st.sampled_from([1, 30]))
+    def leader_clock_steps_back(self, back: int) -> None:
+        """A new leader's clock may lag; appends still never go back in time."""
+        self.now = max(self.now - back, 0)
+
+    @rule()
+    def expire(self) -> None:
+        result = self.run(Expire(self.now))
+        assert result == self.model.expire(self.now)
+        self.dead_seen = result.dead
+        self._check_dedup_table()
+
+    @precondition(lambda self: self.dead_seen)
+    @rule(data=st.data())
+    def forget_dead(self, data: st.DataObject) -> None:
+        offsets = tuple(data.draw(st.lists(st.sampled_from(self.dead_seen), max_size=3)))
+        forgotten = 0
+        for o in set(offsets):
+            r = self.model.recs.get(o)
+            if r is not None and r.status == "dead":
+                r.status, forgotten = "forgotten", forgotten + 1
+        assert self.run(ForgetDead(offsets)) == forgotten
+
+    @rule(data=st.data())
+    def purge(self, data: st.DataObject) -> None:
+        if data.draw(st.integers(0, 9)) != 0:  # rare: it resets everything
+            return
+        m = self.model
+        assert self.run(Purge(self.now)) == m.next_offset - m.earliest
+        m.recs.clear()
+        m.earliest = m.next_offset
+
+    @rule(group=st.sampled_from(["g", "h"]), offset=st.integers(0, 20), reset=st.booleans())
+    def commit_offset(self, group: str, offset: int, reset: bool) -> None:
+        old = self.model.groups.get(group)
+        stored = offset if reset or old is None or offset > old else old
+        self.model.groups[group] = stored
+        assert self.run(CommitOffset(group, offset, reset)) == stored
+
+    def _check_dedup_table(self) -> None:
+        """After Expire, exactly the dedup entries still inside their window remain."""
+        window = self.model.cfg.dedup_window_ms
+        live = {e for e in self.model.dedup.values() if self.now - e[1] < window}
+        with self.replicas[0].begin() as txn:
+            stored = {unpack_pair(v) for _, v in txn.scan(DEDUP)}
+        assert stored == live
+
+    @invariant()
+    def log_and_counters_match_the_model(self) -> None:
+        m = self.model
+        with self.replicas[0].begin() as txn:
+            read = self.machine.read(txn, m.earliest, 1000)
+            stats = self.machine.stats(txn, self.now)
+            offsets = self.machine.offsets(txn)
+        assert [(r.offset, r.body) for r in read.records] == [
+            (o, r.rec.body) for o, r in sorted(m.recs.items())
+        ]
+        assert (read.earliest_offset, read.latest_offset) == (m.earliest, m.next_offset)
+        status = [m.status_at(r, self.now) for r in m.recs.values()]
+        live = [s for s in status if s not in FINISHED]
+        dead = [s for s in status if s == "dead"]
+        assert (stats.messages, stats.dead, stats.bytes) == (len(live), len(dead), m.bytes())
+        assert stats.in_flight == len(m.in_flight(self.now))
+        assert offsets == m.groups
+
+    @invariant()
+    def index_tables_and_counters_agree_with_a_recount(self) -> None:
+        with self.replicas[0].begin() as txn:
+            c = load_counters(txn)
+            states = {int_of(k): Delivery.unpack(v) for k, v in txn.scan(DELIVERY)}
+            offsets = [int_of(k) for k, _ in txn.scan(RECORDS)]
+            tables = {t: txn.count(t) for t in (TIMERS, READY, BLOCKED, DEAD)}
+        by_status = Counter(d.status for d in states.values())
+        assert offsets == list(range(c.earliest, c.next_offset))
+        assert all(c.earliest <= o < c.cursor for o in states)
+        assert (c.leased, c.waiting, c.dead) == tuple(
+            by_status[s] for s in (Status.LEASED, Status.WAITING, Status.DEAD)
+        )
+        assert tables == {
+            TIMERS: c.leased + c.waiting,
+            READY: by_status[Status.READY],
+            BLOCKED: by_status[Status.BLOCKED],
+            DEAD: c.dead,
+        }
+        assert c.done == sum(1 for o in offsets if o < c.cursor and o not in states)
+
+    @invariant()
+    def fifo_keeps_one_in_flight_per_key(self) -> None:
+        if self.model.cfg.ordering != "fifo":
+            return
+        keys = [r.rec.key for r in self.model.in_flight(self.now) if r.rec.key]
+        assert len(keys) == len(set(keys))
+        for r in self.model.recs.values():
+            if r.status in ("leased", "waiting", "ready") and r.rec.key:
+                assert self.model.is_head(r)  # leased in offset order per key
+
+    @invariant()
+    def replicas_have_equal_digests(self) -> None:
+        digests = []
+        for store in self.replicas:
+            with store.begin() as txn:
+                digests.append(self.machine.digest(txn))
+        assert digests[0] == digests[1]
+
+
+PartitionModelTest.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=40, deadline=None, report_multiple_bugs=False
+)
+test_partition_matches_model = PartitionModelTest.TestCase
