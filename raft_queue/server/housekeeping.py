@@ -79,17 +79,18 @@ class Housekeeper:
         self._seen[key] = _Seen(replica.applied_entries, time.monotonic())
 
     def _due(self, key: ReplicaKey, replica: PartitionReplica, spec: Any) -> bool:
-        """Whether an Expire can change anything: new entries since the last
-        one, dead records, time-based retention with records, or a while."""
-        seen = self._seen.get(key)
-        if seen is None or seen.applied != replica.applied_entries:
-            return True
-        if time.monotonic() - seen.at >= IDLE_EXPIRE_S:
-            return True
+        """Whether an Expire can change anything: dead records; retained
+        records and either new entries since the last Expire or time-based
+        retention; else once every IDLE_EXPIRE_S (dedup ids age out)."""
         stats = replica.stats(now_ms())
         if stats.dead:
             return True
-        return bool(spec.retention_ms and stats.latest_offset > stats.earliest_offset)
+        seen = self._seen.setdefault(key, _Seen(-1, time.monotonic()))
+        if stats.latest_offset > stats.earliest_offset and (
+            seen.applied != replica.applied_entries or spec.retention_ms
+        ):
+            return True
+        return time.monotonic() - seen.at >= IDLE_EXPIRE_S
 
     async def move_dead(
         self, q: Any, part: int, replica: PartitionReplica, offsets: tuple[int, ...]
