@@ -40,6 +40,7 @@ class Params:
 
     size: int = 100
     partitions: int = 1  # per benchmark queue; the peers use one stream/queue
+    durability: str = "fsync"  # the targets are for fsync; "quorum" shows what fsync costs
     w1_secs: float = 10.0
     w1_warmup: int = 200
     w2_secs: float = 15.0
@@ -108,10 +109,10 @@ def drop_queue(client: Client, queue: str) -> None:
 
 
 @contextlib.contextmanager
-def bench_queue(client: Client, name: str, partitions: int) -> Iterator[str]:
-    """A fresh, empty queue (replication 3, fsync) for one workload; deleted afterwards."""
+def bench_queue(client: Client, name: str, partitions: int, durability: str) -> Iterator[str]:
+    """A fresh, empty queue (replication 3) for one workload; deleted afterwards."""
     drop_queue(client, name)
-    client.create_queue(name, partitions=partitions, replication_factor=3, durability="fsync")
+    client.create_queue(name, partitions=partitions, replication_factor=3, durability=durability)
     wait_leaders(client, name)
     try:
         yield name
@@ -194,7 +195,7 @@ class Publisher:
 
 def w1(t: Target, p: Params) -> Result:
     """Acked publish, one in flight: ``send`` in a loop; latency-bound throughput."""
-    with bench_queue(t.client, f"bench-w1{t.tag}", p.partitions) as q:
+    with bench_queue(t.client, f"bench-w1{t.tag}", p.partitions, p.durability) as q:
         for i in range(p.w1_warmup):
             t.client.send(q, make_msg(i, p.size))
         lat: list[int] = []
@@ -215,7 +216,7 @@ def w1(t: Target, p: Params) -> Result:
 
 def w2(t: Target, p: Params) -> Result:
     """Pipelined batch publish: ``inflight`` concurrent send_batch(4096) for w2_secs."""
-    with bench_queue(t.client, f"bench-w2{t.tag}", p.partitions) as q:
+    with bench_queue(t.client, f"bench-w2{t.tag}", p.partitions, p.durability) as q:
         Publisher(t.client, q, p).run(total=p.w1_warmup * 10)  # warm-up, as the harness
         pub = Publisher(t.client, q, p)
         with CpuWindow(t.pids) as cpu:
@@ -227,7 +228,7 @@ def w2(t: Target, p: Params) -> Result:
 
 def w3(t: Target, p: Params) -> Result:
     """Pre-publish w3_msgs (as W2), then receive + ack until every message was seen."""
-    with bench_queue(t.client, f"bench-w3{t.tag}", p.partitions) as q:
+    with bench_queue(t.client, f"bench-w3{t.tag}", p.partitions, p.durability) as q:
         with CpuWindow(t.pids) as pcpu:
             n, pub_s = Publisher(t.client, q, p).run(total=p.w3_msgs)
         with CpuWindow(t.pids) as cpu:
@@ -277,7 +278,7 @@ def w4(t: Target, p: Params) -> Result:
     warm = min(total // 10, int(p.w4_rate))  # the first second is not counted
     ctx = mp.get_context("spawn")
     ready, out = ctx.Event(), ctx.Queue()
-    with bench_queue(t.client, f"bench-w4{t.tag}", p.partitions) as q:
+    with bench_queue(t.client, f"bench-w4{t.tag}", p.partitions, p.durability) as q:
         args = (t.bootstrap, q, total, warm, p.w4_wait_ms, p.w4_secs + 30, ready, out)
         proc = ctx.Process(target=w4_consumer, args=args, daemon=True)
         proc.start()

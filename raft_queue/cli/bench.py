@@ -87,6 +87,13 @@ GOALS = {
     show_default=True,
     help="Seconds to wait before each workload for the machine to be quiet (0: no wait).",
 )
+@click.option(
+    "--durability",
+    type=click.Choice(["fsync", "quorum", "leader"]),
+    default="fsync",
+    show_default=True,
+    help="Of the benchmark queues; the targets are for fsync, the others show its cost.",
+)
 @click.option("--quiet-pct", type=float, default=25.0, show_default=True)
 @click.option("--scale", type=click.FloatRange(0.001), default=1.0, hidden=True)
 @json_option
@@ -97,6 +104,7 @@ def bench(
     bench_server: str | None,
     partitions: int,
     inflight: int,
+    durability: str,
     quiet_wait: float,
     quiet_pct: float,
     scale: float,
@@ -104,7 +112,7 @@ def bench(
 ) -> None:
     """Benchmark W1-W4 and idle CPU; print medians (min..max) beside the targets."""
     names = _parse_workloads(workloads)
-    params = Params(partitions=partitions, inflight=inflight)
+    params = Params(partitions=partitions, inflight=inflight, durability=durability)
     if scale != 1.0:
         params = params.scaled(scale)
     env = {
@@ -171,7 +179,8 @@ def _run_one(
 ) -> dict[str, Any]:
     """One workload run as a JSON-able dict; an exception is recorded, not raised."""
     background = wait_quiet(quiet_wait, quiet_pct) if quiet_wait > 0 else None
-    click.echo(f"run {run} {name} (background {background}% of a core) ...", err=True)
+    seen = "not checked" if background is None else f"{background:.0f}% of a core"
+    click.echo(f"run {run} {name} (background CPU {seen}) ...", err=True)
     t0 = time.monotonic()
     try:
         result = WORKLOADS[name](target, params)
