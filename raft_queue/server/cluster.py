@@ -102,6 +102,7 @@ class Cluster:
         return local, remote
 
     async def submit(self, replica: PartitionReplica, command: Any) -> Any:
+        self.node.ensure_configured(replica)
         result = await asyncio.wrap_future(replica.submit(command, self.timeout_s))
         if isinstance(result, BaseException):
             raise result
@@ -110,6 +111,7 @@ class Cluster:
     async def submit_append(self, replica: PartitionReplica, command: Any) -> tuple[Any, str]:
         """Submit an Append; the result and the durability level it reached
         (``"leader"`` when acked before replication, see PartitionReplica)."""
+        self.node.ensure_configured(replica)
         fut = replica.submit_append(command, self.timeout_s)
         result, reached = await asyncio.wrap_future(fut)
         if isinstance(result, BaseException):

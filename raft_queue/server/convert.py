@@ -107,13 +107,18 @@ def new_record(i: int, entry: queue_pb2.SendEntry, spec: QueueSpec) -> NewRecord
     if spec.ordering == "fifo" and not entry.key:
         raise errors.InvalidArgument(f"{field}.key", "a fifo queue needs a key on every message")
     headers = tuple(sorted((k, bytes(v)) for k, v in entry.headers.items()))
-    return NewRecord(
-        body=bytes(entry.body),
-        key=entry.key,
-        headers=headers,
-        dedup_id=entry.dedup_id,
-        delay_ms=entry.delay_ms,
-    )
+    try:
+        return NewRecord(
+            body=bytes(entry.body),
+            key=entry.key,
+            headers=headers,
+            dedup_id=entry.dedup_id,
+            delay_ms=entry.delay_ms,
+        )
+    except errors.InvalidArgument as exc:  # name the entry, not just the record field
+        raise errors.InvalidArgument(
+            f"{field}.{exc.field}", exc.message.split(": ", 1)[-1]
+        ) from exc
 
 
 def message_pb(queue: str, partition: int, rec: Any, receipt: str = "", count: int = 0) -> Any:

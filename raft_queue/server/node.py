@@ -68,7 +68,8 @@ class Node:
         self.view = meta.MetadataMachine()
         self.metadata: MetadataReplica | None = None
         self.replicas: dict[ReplicaKey, PartitionReplica] = {}
-        self.configured: dict[ReplicaKey, Any] = {}
+        self.configured: dict[ReplicaKey, Any] = {}  # spec last submitted as Configure
+        self._keys: dict[str, ReplicaKey] = {}  # replica.key -> its ReplicaKey
         self._leader_since: dict[ReplicaKey, float] = {}
         self._changed = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -181,10 +182,12 @@ class Node:
                 self.replicas[key] = self.host.call(
                     lambda k=key, m=me, p=peers: self._open_replica(k, m, p)
                 ).result(30)
+                self._keys[key.name] = key
         for key in [k for k in self.replicas if k not in wanted]:
             self.host.call(lambda k=key: self.host.remove(k.name)).result(30)
             del self.replicas[key]
             self.configured.pop(key, None)
+            self._keys.pop(key.name, None)
             shutil.rmtree(self._replica_dir(key), ignore_errors=True)
         self._configure_leaders()
         self._prefer_leaders()
@@ -224,14 +227,27 @@ class Node:
             q = self.view.queue(key.queue)
             if q is not None and replica.durability != q.spec.durability:
                 replica.set_durability(q.spec.durability)
-            if q is None or not replica.is_leader() or self.configured.get(key) == q.spec:
-                continue
-            fut = replica.submit(Configure(partition_config(q.spec)))
-            fut.add_done_callback(
-                lambda f, k=key, s=q.spec: (
-                    None if f.exception() else self.configured.__setitem__(k, s)
-                )
-            )
+            if q is not None and replica.is_leader():
+                self._configure(key, replica, q.spec)
+
+    def ensure_configured(self, replica: PartitionReplica) -> None:
+        """Before a command goes to a local leader: if its queue's current
+        spec was not yet applied here, queue a Configure first. Commands of
+        one group are proposed in submission order, so the command sees the
+        spec (a queue created fifo never leases a record as "none")."""
+        key = self._keys.get(replica.key)
+        q = self.view.queue(key.queue) if key is not None else None
+        if key is not None and q is not None and q.uid == key.uid:
+            self._configure(key, replica, q.spec)
+
+    def _configure(self, key: ReplicaKey, replica: PartitionReplica, spec: Any) -> None:
+        if self.configured.get(key) == spec:
+            return
+        self.configured[key] = spec  # one Configure per spec; undone if it fails
+        fut = replica.submit(Configure(partition_config(spec)))
+        fut.add_done_callback(
+            lambda f: None if f.exception() is None else self.configured.pop(key, None)
+        )
 
     def _wanted_replicas(self) -> dict[ReplicaKey, tuple[str, list[str]]]:
         nodes = self.view.nodes()

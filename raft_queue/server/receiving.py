@@ -172,6 +172,7 @@ class Receiver:
                 if self.c.maybe_empty(replica):
                     continue
                 lease = cmd.Lease(consumer, max_n - len(out), visibility, now_ms())
+                self.c.node.ensure_configured(replica)
                 try:
                     res = await _submit_lease(replica, lease, self.c.timeout_s)
                 except errors.QueueError:
