@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from raft_queue.cli.cluster import cluster
-from raft_queue.cli.messages import ack, nack, read, receive, send
+from raft_queue.cli.messages import ack, history, nack, read, receive, send, tail
 from raft_queue.cli.partitions import partitions
 from raft_queue.cli.queue import queue
 from raft_queue.client import Client
@@ -86,7 +86,7 @@ def main(ctx: click.Context, server: str, timeout_s: float) -> None:
     ctx.call_on_close(session.close)
 
 
-for _command in (cluster, queue, partitions, send, receive, ack, nack, read):
+for _command in (cluster, queue, partitions, send, receive, ack, nack, read, tail, history):
     main.add_command(_command)
 
 

@@ -1,4 +1,4 @@
-"""``raftq send | receive | ack | nack | read``: move messages from the shell.
+"""``raftq send | receive | ack | nack | read | tail | history``: messages from the shell.
 
 ``send`` takes bodies as arguments and/or one message per line of ``--file``
 (``-`` = stdin; empty lines are skipped). ``receive`` leases, prints, then
@@ -8,6 +8,7 @@ later ``raftq ack``). Times are seconds on the command line.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING
 
@@ -17,11 +18,12 @@ from raft_queue.cli.output import (
     body_preview,
     json_option,
     print_json,
+    print_json_line,
     print_line,
     print_table,
     timestamp,
 )
-from raft_queue.client import Message, OutgoingMessage, ReceiptResult
+from raft_queue.client import Client, Message, OutgoingMessage, PartitionInfo, ReceiptResult
 
 if TYPE_CHECKING:
     from raft_queue.cli.main import Session
@@ -187,20 +189,36 @@ def nack(
     _print_receipts(results, as_json, "nack")
 
 
+def _since_ms(since: float | None) -> int | None:
+    """--since S (seconds ago) -> a wall-clock timestamp in ms."""
+    return None if since is None else int((time.time() - since) * 1000)
+
+
 @click.command()
 @click.argument("queue")
 @click.option("--partition", type=click.IntRange(min=0), required=True)
-@click.option("--offset", type=click.IntRange(min=0), required=True)
+@click.option("--offset", type=click.IntRange(min=0), help="First offset (or --since).")
+@click.option("--since", type=SECONDS, help="Start at messages appended S seconds ago or later.")
 @click.option(
     "--max", "max_messages", type=click.IntRange(1, 10000), default=100, show_default=True
 )
 @json_option
 @click.pass_obj
 def read(
-    session: Session, queue: str, partition: int, offset: int, max_messages: int, as_json: bool
+    session: Session,
+    queue: str,
+    partition: int,
+    offset: int | None,
+    since: float | None,
+    max_messages: int,
+    as_json: bool,
 ) -> None:
-    """Read QUEUE's partition from an offset, without leasing (replay, as Kafka)."""
-    result = session.client.read(queue, partition, offset, max_messages)
+    """Read QUEUE's partition from an offset (or a time), without leasing (replay, as Kafka)."""
+    if (offset is None) == (since is None):
+        raise click.UsageError("give exactly one of --offset and --since")
+    result = session.client.read(
+        queue, partition, offset or 0, max_messages, timestamp_ms=_since_ms(since)
+    )
     if as_json:
         print_json(result)
         return
@@ -215,4 +233,73 @@ def read(
     print_line(
         f"next offset {result.next_offset}; partition holds "
         f"[{result.earliest_offset}, {result.latest_offset})"
+    )
+
+
+@click.command()
+@click.argument("queue")
+@click.option("--partition", "partitions", type=click.IntRange(min=0), multiple=True,
+              help="Repeatable; default: every partition.")  # fmt: skip
+@click.option("--from-beginning", is_flag=True, help="Start at the earliest retained offset.")
+@click.option("--since", type=SECONDS, help="Start at messages appended S seconds ago.")
+@click.option("--max", "max_messages", type=click.IntRange(min=1), help="Stop after N messages.")
+@click.pass_obj
+def tail(
+    session: Session,
+    queue: str,
+    partitions: tuple[int, ...],
+    from_beginning: bool,
+    since: float | None,
+    max_messages: int | None,
+) -> None:
+    """Follow QUEUE's partitions (as tail -f; nothing is leased), one JSON line per message."""
+    client = session.client
+    infos = {p.partition: p for p in client.partitions(queue)}
+    wanted = list(partitions) or sorted(infos)
+    for p in wanted:
+        if p not in infos:
+            raise click.BadParameter(f"{queue} has no partition {p}", param_hint="--partition")
+    at = {p: _tail_start(client, queue, infos[p], from_beginning, since) for p in wanted}
+    shown = 0
+    while max_messages is None or shown < max_messages:
+        for p in wanted:
+            wait = 1000 if len(wanted) == 1 else 200
+            page = client.read(queue, p, at[p], max_messages=100, wait_ms=wait)
+            for m in page.messages:
+                print_json_line(m)
+                shown += 1
+                if max_messages is not None and shown >= max_messages:
+                    return
+            at[p] = page.next_offset
+
+
+def _tail_start(
+    client: Client, queue: str, info: PartitionInfo, from_beginning: bool, since: float | None
+) -> int:
+    """Where to start following: from --since, the beginning, or the end."""
+    if since is not None:
+        page = client.read(queue, info.partition, 0, 1, timestamp_ms=_since_ms(since))
+        return page.messages[0].offset if page.messages else page.next_offset
+    return info.earliest_offset if from_beginning else info.latest_offset
+
+
+@click.command()
+@click.argument("queue")
+@click.option("--partition", type=click.IntRange(min=0), required=True)
+@click.option("--offset", type=click.IntRange(min=0), required=True)
+@json_option
+@click.pass_obj
+def history(session: Session, queue: str, partition: int, offset: int, as_json: bool) -> None:
+    """A message's delivery history: state, receive count, each receive's time and consumer."""
+    h = session.client.get_history(queue, partition, offset)
+    if as_json:
+        print_json(h)
+        return
+    print_line(f"{queue}[{partition}]@{offset}: {h.state}, received {h.receive_count} times")
+    print_table(
+        ("#", "received", "consumer", "lease until"),
+        (
+            (i + 1, timestamp(d.time_ms), d.consumer, timestamp(d.deadline_ms))
+            for i, d in enumerate(h.deliveries)
+        ),
     )

@@ -57,6 +57,12 @@ def print_json(value: Any) -> None:
     click.echo(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False))
 
 
+def print_json_line(value: Any) -> None:
+    """One JSON document on one line (streams: ``raftq tail``), flushed at once."""
+    click.echo(json.dumps(to_jsonable(value), ensure_ascii=False, separators=(",", ":")))
+    sys.stdout.flush()
+
+
 def _console(stderr: bool = False) -> Console:
     """A console on the current sys.stdout/stderr (click's test runner swaps them).
 

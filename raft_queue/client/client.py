@@ -37,6 +37,7 @@ from raft_queue.client.models import (
     SendResult,
 )
 from raft_queue.client.partitioner import RoundRobin
+from raft_queue.client.redrive import RedriveProgress, redrive
 from raft_queue.client.retry import Backoff, Retrier
 from raft_queue.client.routing import AnyNode, Router
 from raft_queue.errors import InvalidArgument, QueueError
@@ -159,6 +160,18 @@ class Client:
     def purge_queue(self, name: str) -> int:
         """Drop every message of ``name`` (as SQS PurgeQueue); how many were dropped."""
         return self._run(calls.purge_queue(name))
+
+    def redrive(
+        self,
+        dlq: str,
+        to: str,
+        rate_per_s: float = 100.0,
+        max_messages: int | None = None,
+        on_progress: Callable[[RedriveProgress], None] | None = None,
+    ) -> int:
+        """Move messages from dead-letter queue ``dlq`` back to ``to`` at most
+        ``rate_per_s`` a second (see ``redrive.py``); how many moved."""
+        return redrive(self, dlq, to, rate_per_s, max_messages, on_progress)
 
     def partitions(self, queue: str) -> list[PartitionInfo]:
         """Describe ``queue``'s partitions, and refresh the client's leader cache with it."""

@@ -5,26 +5,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from raft_queue import errors
 from raft_queue.client import Client, OutgoingMessage
 from raft_queue.testing.cluster import LocalCluster
+from tests.integration.test_delivery import module_cluster
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(Path(tmp_path_factory.mktemp("log")) / "cluster", nodes=3)
-    c.start()
-    try:
-        c.wait_ready(60)
-        yield c
-    finally:
-        c.stop()
+    yield from module_cluster(tmp_path_factory, "log")
 
 
 @pytest.fixture
