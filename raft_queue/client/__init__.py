@@ -4,7 +4,9 @@ Errors raised are the ``raft_queue.errors`` tree (re-exported by
 ``raft_queue``), never ``grpc.RpcError``.
 """
 
+from raft_queue.client.aio import AsyncClient
 from raft_queue.client.client import MAX_BATCH, Client
+from raft_queue.client.consumer import Consumer
 from raft_queue.client.models import (
     ClusterStatus,
     Message,
@@ -19,17 +21,21 @@ from raft_queue.client.models import (
     SendResult,
 )
 from raft_queue.client.partitioner import partition_for_key
+from raft_queue.client.producer import Producer
 from raft_queue.client.retry import Backoff
 
 __all__ = [
     "MAX_BATCH",
+    "AsyncClient",
     "Backoff",
     "Client",
+    "Consumer",
     "ClusterStatus",
     "Message",
     "NodeInfo",
     "OutgoingMessage",
     "PartitionInfo",
+    "Producer",
     "QueueConfig",
     "QueueInfo",
     "ReadResult",

@@ -157,6 +157,13 @@ def send_batch(
     return [r for r in results if r is not None]
 
 
+def send_one(
+    router: Router, round_robin: RoundRobin, queue: str, message: OutgoingMessage
+) -> Flow[SendResult]:
+    results = yield from send_batch(router, round_robin, queue, [message])
+    return results[0]
+
+
 def _prepare(
     round_robin: RoundRobin, queue: str, count: int, message: OutgoingMessage | bytes | str
 ) -> queue_pb2.SendEntry:

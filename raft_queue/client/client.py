@@ -55,71 +55,16 @@ def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[str]:
     return addresses
 
 
-class Client:
-    """A connection to a raft_queue cluster through any of its nodes.
+class Surface:
+    """Every SDK method, written once: each returns ``self._run(flow)``. The
+    sync ``Client`` runs the flow to its result; ``aio.AsyncClient`` returns
+    a coroutine of it, so the same methods are awaited there."""
 
-    ``bootstrap``: comma-separated ``host:port`` list (or a sequence); any node
-    accepts any request. ``timeout_s`` bounds each method including its
-    retries (long polls add their wait); ``retries`` bounds the retries.
-    ``backoff`` and ``sleep`` tune or replace the waits between retries.
-    """
+    _router: Router
+    _round_robin: RoundRobin
 
-    def __init__(
-        self,
-        bootstrap: str | Sequence[str] = "127.0.0.1:7101",
-        timeout_s: float = 10.0,
-        retries: int = 5,
-        *,
-        backoff: Backoff | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self._router = Router(parse_bootstrap(bootstrap))
-        self._retrier = Retrier(retries, timeout_s, backoff, sleep=sleep)
-        self._round_robin = RoundRobin()
-
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close every channel. Idempotent; later calls raise FailedPrecondition."""
-        self._router.close()
-
-    # ---- the one call path -------------------------------------------------
-
-    def _run(self, flow: Flow[T]) -> T:
-        """Drive ``flow``: perform each Call it yields, send back the response
-        or throw the QueueError in, and return what it returns."""
-        try:
-            call = next(flow)
-            while True:
-                try:
-                    response = self._call(call)
-                except QueueError as exc:
-                    call = flow.throw(exc)
-                else:
-                    call = flow.send(response)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-
-    def _call(self, call: Call) -> Any:
-        """Run one Call with routing and retries; raise QueueError, never grpc.RpcError."""
-        target = call.to or AnyNode()
-        router = self._router
-
-        def attempt(timeout_s: float) -> Any:
-            address = target.address(router)
-            stub = router.admin_stub(address) if call.admin else router.queue_stub(address)
-            try:
-                return getattr(stub, call.rpc)(call.request, timeout=timeout_s)
-            except grpc.RpcError as exc:
-                err = from_rpc_error(exc, mutating=call.mutating)
-                target.failed(router, address, err)
-                raise err from exc
-
-        return self._retrier.run(attempt, idempotent=call.idempotent, extra_s=call.extra_s)
+    def _run(self, flow: Flow[Any]) -> Any:
+        raise NotImplementedError
 
     # ---- queues --------------------------------------------------------------
 
@@ -161,18 +106,6 @@ class Client:
         """Drop every message of ``name`` (as SQS PurgeQueue); how many were dropped."""
         return self._run(calls.purge_queue(name))
 
-    def redrive(
-        self,
-        dlq: str,
-        to: str,
-        rate_per_s: float = 100.0,
-        max_messages: int | None = None,
-        on_progress: Callable[[RedriveProgress], None] | None = None,
-    ) -> int:
-        """Move messages from dead-letter queue ``dlq`` back to ``to`` at most
-        ``rate_per_s`` a second (see ``redrive.py``); how many moved."""
-        return redrive(self, dlq, to, rate_per_s, max_messages, on_progress)
-
     def partitions(self, queue: str) -> list[PartitionInfo]:
         """Describe ``queue``'s partitions, and refresh the client's leader cache with it."""
         return self._run(calls.partitions(self._router, queue))
@@ -191,7 +124,7 @@ class Client:
     ) -> SendResult:
         """Send one message; see ``send_batch`` for placement and dedup."""
         message = OutgoingMessage(body, key, headers, dedup_id, delay_ms, partition)
-        return self.send_batch(queue, [message])[0]
+        return self._run(calls.send_one(self._router, self._round_robin, queue, message))
 
     def send_batch(
         self, queue: str, messages: Iterable[OutgoingMessage | bytes | str]
@@ -290,3 +223,82 @@ class Client:
     def cluster_status(self, include_digests: bool = False) -> ClusterStatus:
         """Nodes and every replica's Raft state; digests compare replicas' data."""
         return self._run(calls.cluster_status(include_digests))
+
+
+class Client(Surface):
+    """A connection to a raft_queue cluster through any of its nodes.
+
+    ``bootstrap``: comma-separated ``host:port`` list (or a sequence); any node
+    accepts any request. ``timeout_s`` bounds each method including its
+    retries (long polls add their wait); ``retries`` bounds the retries.
+    ``backoff`` and ``sleep`` tune or replace the waits between retries.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] = "127.0.0.1:7101",
+        timeout_s: float = 10.0,
+        retries: int = 5,
+        *,
+        backoff: Backoff | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._router = Router(parse_bootstrap(bootstrap))
+        self._retrier = Retrier(retries, timeout_s, backoff, sleep=sleep)
+        self._round_robin = RoundRobin()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every channel. Idempotent; later calls raise FailedPrecondition."""
+        self._router.close()
+
+    # ---- the one call path -------------------------------------------------
+
+    def _run(self, flow: Flow[T]) -> T:
+        """Drive ``flow``: perform each Call it yields, send back the response
+        or throw the QueueError in, and return what it returns."""
+        try:
+            call = next(flow)
+            while True:
+                try:
+                    response = self._call(call)
+                except QueueError as exc:
+                    call = flow.throw(exc)
+                else:
+                    call = flow.send(response)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    def _call(self, call: Call) -> Any:
+        """Run one Call with routing and retries; raise QueueError, never grpc.RpcError."""
+        target = call.to or AnyNode()
+        router = self._router
+
+        def attempt(timeout_s: float) -> Any:
+            address = target.address(router)
+            stub = router.admin_stub(address) if call.admin else router.queue_stub(address)
+            try:
+                return getattr(stub, call.rpc)(call.request, timeout=timeout_s)
+            except grpc.RpcError as exc:
+                err = from_rpc_error(exc, mutating=call.mutating)
+                target.failed(router, address, err)
+                raise err from exc
+
+        return self._retrier.run(attempt, idempotent=call.idempotent, extra_s=call.extra_s)
+
+    def redrive(
+        self,
+        dlq: str,
+        to: str,
+        rate_per_s: float = 100.0,
+        max_messages: int | None = None,
+        on_progress: Callable[[RedriveProgress], None] | None = None,
+    ) -> int:
+        """Move messages from dead-letter queue ``dlq`` back to ``to`` at most
+        ``rate_per_s`` a second (see ``redrive.py``); how many moved."""
+        return redrive(self, dlq, to, rate_per_s, max_messages, on_progress)

@@ -19,9 +19,10 @@ together.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -94,6 +95,26 @@ class Retrier:
                 redirected = isinstance(exc, NotLeader) and bool(exc.leader)
             if delay > 0:
                 self.sleep(delay)
+            retry += 1
+
+    async def run_async(
+        self,
+        attempt: Callable[[float], Awaitable[T]],
+        *,
+        idempotent: bool = True,
+        extra_s: float = 0.0,
+    ) -> T:
+        """``run`` for coroutines (asyncio client): the same policy, awaited sleeps."""
+        deadline = self.clock() + self.timeout_s + extra_s
+        retry, redirected = 0, False
+        while True:
+            try:
+                return await attempt(max(deadline - self.clock(), _MIN_ATTEMPT_S))
+            except QueueError as exc:
+                delay = self._delay_or_raise(exc, retry, deadline, idempotent, redirected)
+                redirected = isinstance(exc, NotLeader) and bool(exc.leader)
+            if delay > 0:
+                await asyncio.sleep(delay)
             retry += 1
 
     def _delay_or_raise(

@@ -94,11 +94,16 @@ class Router:
 
     def close(self) -> None:
         """Close every channel; later calls raise FailedPrecondition. Idempotent."""
+        for channel in self.detach():
+            channel.close()
+
+    def detach(self) -> list[Any]:
+        """Refuse further calls and hand over the channels to close (an
+        asyncio channel's close must be awaited by its owner)."""
         with self._lock:
             self._closed = True
             entries, self._stubs = list(self._stubs.values()), {}
-        for channel, _, _ in entries:
-            channel.close()
+        return [channel for channel, _, _ in entries]
 
     # ---- nodes ------------------------------------------------------------
 
