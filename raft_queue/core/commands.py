@@ -14,13 +14,14 @@ Everything that depends on time carries ``now_ms``, stamped by the leader.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from raft_queue.core import validate as v
-from raft_queue.core.records import NewRecord, put_new_record, read_new_record
-from raft_queue.core.wire import Malformed, Reader, put_bytes, put_str, put_uvarint
+from raft_queue.core.records import NewRecord, check_blob, from_blob, to_blob
+from raft_queue.core.wire import Malformed, Reader, put_str, put_uvarint
 from raft_queue.errors import InvalidArgument
 
 __all__ = [
@@ -40,10 +41,14 @@ __all__ = [
     "PartitionConfig",
     "Purge",
     "ReceiptRef",
+    "TAG_APPEND",
+    "TAG_BATCH",
     "decode",
     "encode",
     "put_config",
     "read_config",
+    "split_append",
+    "split_batch",
 ]
 
 ORDERINGS = ("none", "fifo")
@@ -179,7 +184,7 @@ class CommitOffset:
     reset: bool = False
 
     def __post_init__(self) -> None:
-        v.short_str("group", self.group)
+        v.text("group", self.group, v.MAX_GROUP_BYTES)
         if not self.group:
             raise InvalidArgument("group", "must not be empty")
         v.uint64("offset", self.offset)
@@ -287,16 +292,46 @@ def _put_ints(buf: bytearray, *ints: int) -> None:
         put_uvarint(buf, n)
 
 
+# Append and Batch, the hot path, use fixed-width integers: struct is cheaper
+# than varints in Python, and a few bytes per record do not matter.
+_U32 = struct.Struct(">I")
+_U64_U32 = struct.Struct(">QI")
+
+
+def _put_parts(buf: bytearray, parts: list[bytes]) -> None:
+    for part in parts:
+        buf += _U32.pack(len(part))
+        buf += part
+
+
+def _read_parts(r: Reader, count: int) -> list[bytes]:
+    """``count`` u32-length-prefixed byte strings."""
+    data, pos, parts = r.data, r.pos, []
+    for _ in range(count):
+        if pos + 4 > len(data):
+            raise Malformed("truncated length")
+        end = pos + 4 + _U32.unpack_from(data, pos)[0]
+        if end > len(data):
+            raise Malformed("truncated part")
+        parts.append(data[pos + 4 : end])
+        pos = end
+    r.pos = pos
+    return parts
+
+
 def _enc_append(buf: bytearray, c: Append) -> None:
-    put_uvarint(buf, c.now_ms)
-    put_uvarint(buf, len(c.records))
-    for rec in c.records:
-        put_new_record(buf, rec)
+    buf += _U64_U32.pack(c.now_ms, len(c.records))
+    _put_parts(buf, [to_blob(rec) for rec in c.records])
+
+
+def _read_append(r: Reader) -> tuple[int, list[bytes]]:
+    now_ms, count = _U64_U32.unpack(r.take(_U64_U32.size))
+    return now_ms, _read_parts(r, count)
 
 
 def _dec_append(r: Reader) -> Append:
-    now_ms = r.uvarint()
-    return Append(tuple(read_new_record(r) for _ in range(r.uvarint())), now_ms)
+    now_ms, blobs = _read_append(r)
+    return Append(tuple(from_blob(blob) for blob in blobs), now_ms)
 
 
 def _enc_lease(buf: bytearray, c: Lease) -> None:
@@ -357,21 +392,26 @@ def _dec_forget(r: Reader) -> ForgetDead:
 
 
 def _enc_batch(buf: bytearray, c: Batch) -> None:
-    put_uvarint(buf, len(c.commands))
-    for sub in c.commands:
-        put_bytes(buf, encode(sub))
+    buf += _U32.pack(len(c.commands))
+    _put_parts(buf, [encode(sub) for sub in c.commands])
+
+
+def _read_batch(r: Reader) -> list[bytes]:
+    return _read_parts(r, _U32.unpack(r.take(_U32.size))[0])
 
 
 def _dec_batch(r: Reader) -> Batch:
-    return Batch(tuple(_decode(r.bytes_(), nested=True) for _ in range(r.uvarint())))
+    return Batch(tuple(_decode(part, nested=True) for part in _read_batch(r)))
 
 
 # tag -> (class, encoder, decoder). Tags are the wire format: never reuse one.
+TAG_APPEND = 2
+TAG_BATCH = 11
 _Enc = Callable[[bytearray, Any], None]
 _Dec = Callable[[Reader], Any]
 _CODECS: dict[int, tuple[type, _Enc, _Dec]] = {
     1: (Configure, lambda b, c: put_config(b, c.config), lambda r: Configure(read_config(r))),
-    2: (Append, _enc_append, _dec_append),
+    TAG_APPEND: (Append, _enc_append, _dec_append),
     3: (Lease, _enc_lease, _dec_lease),
     4: (Ack, _enc_ack, _dec_ack),
     5: (Nack, _enc_nack, _dec_nack),
@@ -380,7 +420,7 @@ _CODECS: dict[int, tuple[type, _Enc, _Dec]] = {
     8: (Expire, _enc_now, lambda r: Expire(r.uvarint())),
     9: (Purge, _enc_now, lambda r: Purge(r.uvarint())),
     10: (ForgetDead, _enc_forget, _dec_forget),
-    11: (Batch, _enc_batch, _dec_batch),
+    TAG_BATCH: (Batch, _enc_batch, _dec_batch),
 }
 _TAGS: dict[type, tuple[int, _Enc]] = {cls: (tag, enc) for tag, (cls, enc, _) in _CODECS.items()}
 
@@ -417,3 +457,29 @@ def _decode(data: bytes, nested: bool) -> Command:
     except (Malformed, InvalidArgument) as exc:
         raise InvalidArgument("command", f"malformed {codec[0].__name__}: {exc}") from exc
     return cmd
+
+
+# --- the apply fast path: Append records stay bytes ------------------------
+
+
+def split_append(data: bytes) -> tuple[int, list[tuple[bytes, bytes]]]:
+    """An encoded Append as (now_ms, [(record blob, dedup_id UTF-8), ...]), checked
+    as ``decode`` would check it but without building NewRecords."""
+    reader = Reader(data, 1)
+    try:
+        now_ms, blobs = _read_append(reader)
+        reader.end()
+        return now_ms, [(blob, check_blob(blob)) for blob in blobs]
+    except Malformed as exc:
+        raise InvalidArgument("command", f"malformed Append: {exc}") from exc
+
+
+def split_batch(data: bytes) -> list[bytes]:
+    """An encoded Batch as the encoded commands it holds."""
+    reader = Reader(data, 1)
+    try:
+        parts = _read_batch(reader)
+        reader.end()
+    except Malformed as exc:
+        raise InvalidArgument("command", f"malformed Batch: {exc}") from exc
+    return parts

@@ -23,7 +23,7 @@ from raft_queue.core.state import (
     View,
     int_of,
     pair_key,
-    text_key,
+    table_key,
     u64,
     unpack_pair,
 )
@@ -33,50 +33,50 @@ from raft_queue.core.state import (
 EXPIRE_LIMIT = 100_000
 
 
-def lookup_or_record(view: View, dedup_id: str, offset: int, ts: int) -> int | None:
+def lookup_or_record(view: View, dedup_id: bytes, offset: int, ts: int) -> int | None:
     """The original offset if ``dedup_id`` was appended within the window
-    before ``ts``; otherwise record it for ``offset`` and return None."""
-    key = text_key(dedup_id)
+    (before ``clock``); otherwise record it for ``offset`` at ``ts``."""
+    key = table_key(dedup_id)
     raw = view.txn.get(DEDUP, key)
     if raw is not None:
         original, original_ts = unpack_pair(raw)
-        if ts - original_ts < view.cfg.dedup_window_ms:
+        if view.c.clock - original_ts < view.cfg.dedup_window_ms:
             return original
     view.txn.put(DEDUP, key, pair_key(offset, ts))
     return None
 
 
-def preserve(view: View, dedup_id: str, offset: int, ts: int) -> None:
+def preserve(view: View, dedup_id: bytes, offset: int, ts: int) -> None:
     """``offset`` is leaving the log: keep its dedup entry alive until the
     window ends (if it still belongs to this record and has not ended)."""
     if offset < view.c.dedup_cursor or not dedup_id:
         return
-    key = text_key(dedup_id)
+    key = table_key(dedup_id)
     raw = view.txn.get(DEDUP, key)
     if raw is None or unpack_pair(raw)[0] != offset:
         return
-    if view.now - ts >= view.cfg.dedup_window_ms:
+    if view.c.clock - ts >= view.cfg.dedup_window_ms:
         view.txn.delete(DEDUP, key)
     else:
         view.txn.put(DEDUP_EXP, pair_key(ts, offset), key)
 
 
 def expire(view: View) -> None:
-    """Drop dedup entries whose window has ended by ``view.now``."""
+    """Drop dedup entries whose window has ended by ``clock``."""
     c = view.c
     c.dedup_cursor = max(c.dedup_cursor, c.earliest)
     window = view.cfg.dedup_window_ms
     for raw_key, value in islice(view.txn.scan(RECORDS, u64(c.dedup_cursor)), EXPIRE_LIMIT):
         rec = head(value)
-        if view.now - rec.timestamp_ms < window:
+        if c.clock - rec.timestamp_ms < window:
             break
         offset = int_of(raw_key)
         if rec.dedup_id:
-            _drop(view, text_key(rec.dedup_id), offset)
+            _drop(view, table_key(rec.dedup_id), offset)
         c.dedup_cursor = offset + 1
-    if view.now < window:
+    if c.clock < window:
         return
-    stop = pair_key(view.now - window + 1, 0)
+    stop = pair_key(c.clock - window + 1, 0)
     due = list(islice(view.txn.scan(DEDUP_EXP, b"", stop), EXPIRE_LIMIT))
     for exp_key, dedup_key in due:
         _drop(view, dedup_key, unpack_pair(exp_key)[1])

@@ -37,7 +37,7 @@ from raft_queue.core.state import (
     blocked_prefix,
     int_of,
     pair_key,
-    text_key,
+    table_key,
     u64,
 )
 from raft_queue.core.wire import U64_MAX
@@ -113,11 +113,11 @@ def _lease_ready(view: View, max_records: int, deadline: int, out: list[LeasedMe
         value = view.txn.get(RECORDS, u64(offset))
         if value is None:
             continue
-        key = head(value).key if view.fifo else ""
+        key = head(value).key if view.fifo else b""
         if key:
-            holder = view.txn.get(FIFO, text_key(key))
+            holder = view.txn.get(FIFO, table_key(key))
             if holder is None:
-                view.txn.put(FIFO, text_key(key), u64(offset))
+                view.txn.put(FIFO, table_key(key), u64(offset))
             elif int_of(holder) != offset:
                 continue
         _grant(view, offset, value, view.delivery(offset), deadline, out)
@@ -135,13 +135,14 @@ def _lease_from_cursor(
         if len(out) >= max_records or set_aside >= SET_ASIDE_LIMIT:
             return
         offset, rec = int_of(raw_key), head(value)
-        grouped = view.fifo and rec.key != ""
-        if grouped and view.txn.get(FIFO, text_key(rec.key)) is not None:
+        grouped = view.fifo and rec.key != b""
+        if grouped and view.txn.get(FIFO, table_key(rec.key)) is not None:
             view.set_delivery(offset, Delivery(Status.BLOCKED, 0, 0, 0), None, rec.key)
             set_aside += 1
         else:
-            visible_at = rec.timestamp_ms + max(rec.delay_ms, queue_delay)
-            if visible_at > view.now:
+            delay = max(rec.delay_ms, queue_delay)
+            visible_at = rec.timestamp_ms + delay
+            if delay and visible_at > view.now:
                 if rec.delay_ms <= queue_delay:
                     return
                 view.set_delivery(offset, Delivery(Status.WAITING, 0, 0, visible_at), None)
@@ -149,11 +150,11 @@ def _lease_from_cursor(
             else:
                 _grant(view, offset, value, None, deadline, out)
             if grouped:
-                view.txn.put(FIFO, text_key(rec.key), u64(offset))
+                view.txn.put(FIFO, table_key(rec.key), u64(offset))
         c.cursor = offset + 1
 
 
-def release_group(view: View, offset: int, key: str | None = None) -> None:
+def release_group(view: View, offset: int, key: bytes | None = None) -> None:
     """``offset`` is finished, dead or gone: if it was its key's head, the
     key's next blocked record becomes head. ``key``: the record's key if the
     caller has it (else it is read from the log)."""
@@ -161,17 +162,17 @@ def release_group(view: View, offset: int, key: str | None = None) -> None:
         return
     if key is None:
         value = view.txn.get(RECORDS, u64(offset))
-        key = "" if value is None else head(value).key
-    holder = view.txn.get(FIFO, text_key(key)) if key else None
+        key = b"" if value is None else head(value).key
+    holder = view.txn.get(FIFO, table_key(key)) if key else None
     if holder is None or int_of(holder) != offset:
         return
     prefix = blocked_prefix(key)
     nxt = next(view.txn.scan(BLOCKED, prefix, prefix + b"\xff" * 9), None)
     if nxt is None:
-        view.txn.delete(FIFO, text_key(key))
+        view.txn.delete(FIFO, table_key(key))
         return
     successor = int_of(nxt[0][-8:])
-    view.txn.put(FIFO, text_key(key), u64(successor))
+    view.txn.put(FIFO, table_key(key), u64(successor))
     _promote(view, successor)
 
 
@@ -182,8 +183,9 @@ def _promote(view: View, offset: int) -> None:
     if old is None or value is None:
         return
     rec = head(value)
-    visible_at = rec.timestamp_ms + max(rec.delay_ms, view.cfg.delay_ms)
-    if visible_at > view.now:
+    delay = max(rec.delay_ms, view.cfg.delay_ms)
+    visible_at = rec.timestamp_ms + delay
+    if delay and visible_at > view.now:
         new = Delivery(Status.WAITING, old.epoch, old.receive_count, visible_at)
     else:
         new = Delivery(Status.READY, old.epoch, old.receive_count, 0)

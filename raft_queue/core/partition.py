@@ -21,6 +21,8 @@ from typing import Any
 
 from raft_queue.core import dedup, delivery, retention
 from raft_queue.core.commands import (
+    TAG_APPEND,
+    TAG_BATCH,
     Ack,
     Append,
     Batch,
@@ -34,9 +36,12 @@ from raft_queue.core.commands import (
     Nack,
     PartitionConfig,
     Purge,
+    decode,
+    split_append,
+    split_batch,
 )
 from raft_queue.core.kv import KVTxn
-from raft_queue.core.records import StoredRecord, decode_value, encode_value, payload_size
+from raft_queue.core.records import StoredRecord, decode_value, stored_value, to_blob
 from raft_queue.core.results import (
     AppendItem,
     AppendResult,
@@ -79,6 +84,17 @@ class PartitionMachine:
         """
         view = View(txn)
         result = self._dispatch(view, cmd)
+        view.flush()
+        return result
+
+    def apply_encoded(self, txn: KVTxn, data: bytes) -> Result:
+        """``apply(txn, decode(data))``, with the same results and bytes, but an
+        Append (alone or in a Batch) stores its records' bytes as received
+        instead of decoding them into NewRecords and encoding them again: the
+        replicas' hot path. Malformed ``data`` raises InvalidArgument("command");
+        the caller's transaction must then be aborted (part may be applied)."""
+        view = View(txn)
+        result = _apply_bytes(view, bytes(data), nested=False)
         view.flush()
         return result
 
@@ -125,7 +141,7 @@ class PartitionMachine:
             in_flight=c.leased - ended,
             delayed=c.waiting - waited,
             dead=dead,
-            bytes=c.payload_bytes,
+            bytes=c.stored_bytes,
         )
 
     def offsets(self, txn: KVTxn) -> dict[str, int]:
@@ -142,6 +158,18 @@ class PartitionMachine:
                 h.update(len(key).to_bytes(4, "big") + key)
                 h.update(len(value).to_bytes(8, "big") + value)
         return h.hexdigest()
+
+
+def _apply_bytes(view: View, data: bytes, nested: bool) -> Result:
+    tag = data[0] if data else -1
+    if tag == TAG_APPEND:
+        return _append_blobs(view, *split_append(data))
+    if tag == TAG_BATCH and not nested:
+        return tuple(_apply_bytes(view, part, nested=True) for part in split_batch(data))
+    cmd = decode(data)
+    if isinstance(cmd, Batch):
+        raise InvalidArgument("command", "nested Batch")
+    return _HANDLERS[type(cmd)](view, cmd)
 
 
 def _due_timers(txn: KVTxn, cfg: PartitionConfig, now_ms: int) -> tuple[int, int, int]:
@@ -169,46 +197,52 @@ def _configure(view: View, cmd: Configure) -> None:
 
 
 def _append(view: View, cmd: Append) -> AppendResult:
+    records = [(to_blob(r), r.dedup_id.encode()) for r in cmd.records]
+    return _append_blobs(view, cmd.now_ms, records)
+
+
+def _append_blobs(view: View, now_ms: int, records: list[tuple[bytes, bytes]]) -> AppendResult:
     """Dense offsets; ``timestamp_ms`` is ``now_ms``, raised if needed to the
     previous record's so timestamps never decrease (retention, delay and dedup
-    walk the log in time order)."""
+    walk the log in time order). ``records``: (blob, dedup_id as UTF-8) pairs."""
     c = view.c
-    ts = c.last_ts = max(cmd.now_ms, c.last_ts)
-    view.now = ts
+    ts = c.last_ts = max(now_ms, c.last_ts)
+    view.at(ts)
     dedup_on = view.cfg.dedup_window_ms > 0
     put, offset, added = view.txn.put, c.next_offset, 0
     items: list[AppendItem] = []
-    for rec in cmd.records:
-        if rec.dedup_id and dedup_on:
-            original = dedup.lookup_or_record(view, rec.dedup_id, offset, ts)
+    for blob, dedup_id in records:
+        if dedup_id and dedup_on:
+            original = dedup.lookup_or_record(view, dedup_id, offset, ts)
             if original is not None:
                 items.append(AppendItem(original, True))
                 continue
-        put(RECORDS, u64(offset), encode_value(ts, rec))
-        added += payload_size(rec.key, rec.headers, rec.body)
+        value = stored_value(ts, blob)
+        put(RECORDS, u64(offset), value)
+        added += len(value)
         items.append(AppendItem(offset, False))
         offset += 1
-    c.next_offset, c.payload_bytes = offset, c.payload_bytes + added
+    c.next_offset, c.stored_bytes = offset, c.stored_bytes + added
     return AppendResult(tuple(items))
 
 
 def _lease(view: View, cmd: Lease) -> LeaseResult:
-    view.now = cmd.now_ms
+    view.at(cmd.now_ms)
     return LeaseResult(delivery.lease(view, cmd.max_records, cmd.visibility_ms))
 
 
 def _ack(view: View, cmd: Ack) -> ReceiptsResult:
-    view.now = cmd.now_ms
+    view.at(cmd.now_ms)
     return ReceiptsResult(delivery.settle(view, cmd.receipts, delivery.ack))
 
 
 def _nack(view: View, cmd: Nack) -> ReceiptsResult:
-    view.now = cmd.now_ms
+    view.at(cmd.now_ms)
     return ReceiptsResult(delivery.settle(view, cmd.receipts, delivery.nack_action(cmd.delay_ms)))
 
 
 def _change_visibility(view: View, cmd: ChangeVisibility) -> ReceiptsResult:
-    view.now = cmd.now_ms
+    view.at(cmd.now_ms)
     action = delivery.visibility_action(cmd.visibility_ms)
     return ReceiptsResult(delivery.settle(view, cmd.receipts, action))
 
@@ -224,12 +258,12 @@ def _commit_offset(view: View, cmd: CommitOffset) -> int:
 
 
 def _expire(view: View, cmd: Expire) -> Result:
-    view.now = cmd.now_ms
+    view.at(cmd.now_ms)
     return retention.expire(view)
 
 
 def _purge(view: View, cmd: Purge) -> int:
-    view.now = cmd.now_ms
+    view.at(cmd.now_ms)
     return retention.purge(view)
 
 

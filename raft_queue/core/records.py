@@ -1,13 +1,14 @@
-"""Records: what producers append, what the log returns, and both byte forms.
+"""Records: what producers append, what the log returns, and their bytes.
 
-In an Append command a record is: delay_ms varint, dedup_id, key, headers
-(count, then name/value pairs), body, each length-prefixed. In the log (the
-``records`` table value) it is: ``>QI`` timestamp_ms and delay_ms, then the
-same dedup_id, key and headers, and the body as the rest of the value. The
-fixed prefix and the short fields first let ``head`` read what delivery,
-dedup expiry and retention need without copying the body. The value is a
-pure function of the record and its timestamp, so replicas store identical
-bytes.
+A record's *blob* is a fixed ``>IHHH`` header (delay_ms, then the UTF-8
+lengths of dedup_id and key, then the header count), the dedup_id and key,
+the headers as length-prefixed name/value pairs, and the body as the rest.
+An Append command carries each record as a length-prefixed blob, and the log
+(the ``records`` table value) stores ``>Q`` timestamp_ms + the same blob: a
+replica stores what it received without building a NewRecord
+(``PartitionMachine.apply_encoded``), checking it with one struct unpack and
+two slices. The value is a pure function of the record and its timestamp,
+so replicas store identical bytes.
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from raft_queue.core import validate as v
-from raft_queue.core.wire import Reader, put_bytes, put_str, put_uvarint
+from raft_queue.core.wire import Malformed, Reader, put_bytes, put_str
 from raft_queue.errors import InvalidArgument
 
 Headers = tuple[tuple[str, bytes], ...]
-_HEAD = struct.Struct(">QI")
+_BLOB = struct.Struct(">IHHH")  # delay_ms, len(dedup_id), len(key), len(headers)
+_TS = struct.Struct(">Q")
+_HEAD = struct.Struct(">QIHHH")  # a stored value starts with timestamp_ms + _BLOB
+MAX_FIELD_BYTES = 0xFFFF  # dedup_id and key, as UTF-8; also the header count
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,10 +45,10 @@ class NewRecord:
     def __post_init__(self) -> None:
         if type(self.body) is not bytes:
             raise InvalidArgument("body", "must be bytes")
-        v.string("key", self.key)
-        v.string("dedup_id", self.dedup_id)
+        v.text("key", self.key, MAX_FIELD_BYTES)
+        v.text("dedup_id", self.dedup_id, MAX_FIELD_BYTES)
         v.uint32("delay_ms", self.delay_ms)
-        v.headers(self.headers)
+        v.headers(self.headers, MAX_FIELD_BYTES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,67 +64,87 @@ class StoredRecord:
 
 
 class Head(NamedTuple):
-    """The fields of a stored record that scheduling decisions look at."""
+    """The fields of a stored record that scheduling decisions look at
+    (strings as their UTF-8: they are only compared and used as keys)."""
 
     timestamp_ms: int
     delay_ms: int
-    dedup_id: str
-    key: str
+    dedup_id: bytes
+    key: bytes
 
 
-def _put_fields(buf: bytearray, rec: NewRecord) -> None:
-    put_str(buf, rec.dedup_id)
-    put_str(buf, rec.key)
-    put_uvarint(buf, len(rec.headers))
+def to_blob(rec: NewRecord) -> bytes:
+    dedup_id, key = rec.dedup_id.encode(), rec.key.encode()
+    buf = bytearray(_BLOB.pack(rec.delay_ms, len(dedup_id), len(key), len(rec.headers)))
+    buf += dedup_id
+    buf += key
     for name, value in rec.headers:
         put_str(buf, name)
         put_bytes(buf, value)
-
-
-def _read_fields(r: Reader) -> tuple[str, str, Headers]:
-    dedup_id = r.str_()
-    key = r.str_()
-    return dedup_id, key, tuple((r.str_(), r.bytes_()) for _ in range(r.uvarint()))
-
-
-def put_new_record(buf: bytearray, rec: NewRecord) -> None:
-    """The record inside an Append command."""
-    put_uvarint(buf, rec.delay_ms)
-    _put_fields(buf, rec)
-    put_bytes(buf, rec.body)
-
-
-def read_new_record(r: Reader) -> NewRecord:
-    delay_ms = r.uvarint()
-    dedup_id, key, headers = _read_fields(r)
-    return NewRecord(r.bytes_(), key, headers, dedup_id, delay_ms)
-
-
-def encode_value(timestamp_ms: int, rec: NewRecord) -> bytes:
-    """The record as stored in the log."""
-    buf = bytearray(_HEAD.pack(timestamp_ms, rec.delay_ms))
-    _put_fields(buf, rec)
     buf += rec.body
     return bytes(buf)
 
 
+def from_blob(blob: bytes) -> NewRecord:
+    """Inverse of ``to_blob``; Malformed if ``blob`` is not one."""
+    delay_ms, dedup_id, key, headers, body = _parse(blob, 0)
+    return NewRecord(body, key, headers, dedup_id, delay_ms)
+
+
+def check_blob(blob: bytes) -> bytes:
+    """Validate a blob as ``from_blob`` would, without building the record;
+    return its dedup_id's UTF-8 (what Append needs besides the bytes)."""
+    if len(blob) < _BLOB.size:
+        raise Malformed("record shorter than its header")
+    _delay, dedup_len, key_len, count = _BLOB.unpack_from(blob)
+    start = _BLOB.size
+    end = start + dedup_len + key_len
+    if end > len(blob):
+        raise Malformed("record shorter than its dedup_id and key")
+    dedup_id = blob[start : start + dedup_len]
+    try:
+        dedup_id.decode()
+        blob[start + dedup_len : end].decode()
+    except UnicodeDecodeError as exc:
+        raise Malformed("invalid UTF-8") from exc
+    if count:
+        _read_headers(Reader(blob, end), count)
+    return dedup_id
+
+
+def _parse(data: bytes, at: int) -> tuple[int, str, str, Headers, bytes]:
+    """(delay_ms, dedup_id, key, headers, body) of the blob at ``data[at:]``."""
+    if len(data) < at + _BLOB.size:
+        raise Malformed("record shorter than its header")
+    delay_ms, dedup_len, key_len, count = _BLOB.unpack_from(data, at)
+    reader = Reader(data, at + _BLOB.size)
+    try:
+        dedup_id = reader.take(dedup_len).decode()
+        key = reader.take(key_len).decode()
+    except UnicodeDecodeError as exc:
+        raise Malformed("invalid UTF-8") from exc
+    headers = _read_headers(reader, count) if count else ()
+    return delay_ms, dedup_id, key, headers, reader.rest()
+
+
+def _read_headers(reader: Reader, count: int) -> Headers:
+    return tuple((reader.str_(), reader.bytes_()) for _ in range(count))
+
+
+def stored_value(timestamp_ms: int, blob: bytes) -> bytes:
+    """The log's value for a record; its length is what ``retention_bytes``
+    and ``stats().bytes`` count (as Kafka's log size, framing included)."""
+    return _TS.pack(timestamp_ms) + blob
+
+
 def head(value: bytes) -> Head:
-    reader = Reader(value, _HEAD.size)
-    timestamp_ms, delay_ms = _HEAD.unpack_from(value)
-    return Head(timestamp_ms, delay_ms, reader.str_(), reader.str_())
+    """What scheduling needs from a stored value (trusted: we wrote it)."""
+    timestamp_ms, delay_ms, dedup_len, key_len, _count = _HEAD.unpack_from(value)
+    start = _HEAD.size
+    end = start + dedup_len
+    return Head(timestamp_ms, delay_ms, value[start:end], value[end : end + key_len])
 
 
 def decode_value(offset: int, value: bytes) -> StoredRecord:
-    reader = Reader(value, _HEAD.size)
-    timestamp_ms, _delay = _HEAD.unpack_from(value)
-    dedup_id, key, headers = _read_fields(reader)
-    return StoredRecord(offset, reader.rest(), key, headers, timestamp_ms, dedup_id)
-
-
-def payload_size(key: str, headers: Headers, body: bytes) -> int:
-    """What ``retention_bytes`` and ``stats().bytes`` count: body, key and
-    header names and values (not the fixed per-record overhead)."""
-    size = len(body) + len(key.encode())
-    for name, value in headers:
-        size += len(name.encode()) + len(value)
-    return size
+    _delay, dedup_id, key, headers, body = _parse(value, _TS.size)
+    return StoredRecord(offset, body, key, headers, _TS.unpack_from(value)[0], dedup_id)

@@ -69,7 +69,7 @@ class PartitionStats:
     in_flight: int  # leased, deadline not passed
     delayed: int  # waiting out a nack delay, or set aside by Lease for its delay
     dead: int  # dead, waiting for ForgetDead
-    bytes: int  # payload bytes retained (see records.payload_size)
+    bytes: int  # stored size of the retained records (see records.stored_value)
 
 
 Result: TypeAlias = (

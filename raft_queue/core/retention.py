@@ -18,7 +18,7 @@ from itertools import islice
 
 from raft_queue.core import dedup
 from raft_queue.core.delivery import mature, release_group
-from raft_queue.core.records import StoredRecord, decode_value, payload_size
+from raft_queue.core.records import Head, head
 from raft_queue.core.results import ExpireResult
 from raft_queue.core.state import DEAD, RECORDS, Status, View, int_of, u64
 
@@ -27,7 +27,7 @@ from raft_queue.core.state import DEAD, RECORDS, Status, View, int_of, u64
 TRIM_LIMIT = 100_000
 DEAD_LIST_LIMIT = 1_000
 
-Doomed = Callable[[View, StoredRecord, int], bool]
+Doomed = Callable[[View, int, Head, int], bool]
 
 
 def expire(view: View) -> ExpireResult:
@@ -42,7 +42,7 @@ def expire(view: View) -> ExpireResult:
 
 def purge(view: View) -> int:
     """Remove every record (dead ones too); dedup entries stay for their window."""
-    return _trim(view, lambda _view, _rec, _size: True, None)
+    return _trim(view, lambda _view, _offset, _head, _size: True, None)
 
 
 def forget_dead(view: View, offsets: tuple[int, ...]) -> int:
@@ -57,35 +57,33 @@ def forget_dead(view: View, offsets: tuple[int, ...]) -> int:
     return forgotten
 
 
-def _by_policy(view: View, rec: StoredRecord, retained_bytes: int) -> bool:
+def _by_policy(view: View, offset: int, rec: Head, retained_bytes: int) -> bool:
     cfg = view.cfg
     if cfg.retention_ms and view.now - rec.timestamp_ms >= cfg.retention_ms:
         return True
     if cfg.retention_bytes and retained_bytes > cfg.retention_bytes:
         return True
-    return (
-        cfg.retention_ms == 0 and rec.offset < view.c.cursor and view.delivery(rec.offset) is None
-    )
+    return cfg.retention_ms == 0 and offset < view.c.cursor and view.delivery(offset) is None
 
 
 def _trim(view: View, doomed: Doomed, limit: int | None) -> int:
     """Remove records from the front while ``doomed`` says so; the count."""
-    retained = view.c.payload_bytes
-    victims: list[StoredRecord] = []
+    retained = view.c.stored_bytes
+    victims: list[tuple[int, Head, int]] = []
     for raw_key, value in islice(view.txn.scan(RECORDS, u64(view.c.earliest)), limit):
-        rec = decode_value(int_of(raw_key), value)
-        if not doomed(view, rec, retained):
+        offset, rec = int_of(raw_key), head(value)
+        if not doomed(view, offset, rec, retained):
             break
-        victims.append(rec)
-        retained -= payload_size(rec.key, rec.headers, rec.body)
-    for rec in victims:
-        _remove(view, rec)
+        victims.append((offset, rec, len(value)))
+        retained -= len(value)
+    for offset, rec, size in victims:
+        _remove(view, offset, rec, size)
     return len(victims)
 
 
-def _remove(view: View, rec: StoredRecord) -> None:
+def _remove(view: View, offset: int, rec: Head, size: int) -> None:
     """Drop the front record with its delivery state, keeping its dedup entry."""
-    c, offset = view.c, rec.offset
+    c = view.c
     if offset < c.cursor:
         old = view.delivery(offset)
         if old is None:
@@ -94,7 +92,7 @@ def _remove(view: View, rec: StoredRecord) -> None:
             view.set_delivery(offset, None, old, rec.key)
             release_group(view, offset, rec.key)
     dedup.preserve(view, rec.dedup_id, offset, rec.timestamp_ms)
-    c.payload_bytes -= payload_size(rec.key, rec.headers, rec.body)
+    c.stored_bytes -= size
     view.txn.delete(RECORDS, u64(offset))
     c.earliest = offset + 1
     c.cursor = max(c.cursor, c.earliest)

@@ -3,7 +3,7 @@
 Tables (all keys compare as bytes; integers are big-endian fixed width so
 they sort numerically):
 
-``records``   offset -> stored record (``records.encode_value``); the log,
+``records``   offset -> stored record (``records.stored_value``); the log,
               retained densely in ``[earliest, next_offset)``.
 ``delivery``  offset -> ``Delivery``: per-record delivery state. Records at or
               after the cursor were never touched and have none; a record
@@ -85,17 +85,16 @@ def unpack_pair(key: bytes) -> tuple[int, int]:
 MAX_RAW_KEY = 400
 
 
-def text_key(text: str) -> bytes:
-    """Table key for a message key or dedup id: its UTF-8, or for a long one
-    0xff + its SHA-256 (UTF-8 never contains 0xff, so the forms cannot meet)."""
-    raw = text.encode()
+def table_key(raw: bytes) -> bytes:
+    """Table key for a message key or dedup id (UTF-8): itself, or for a long
+    one 0xff + its SHA-256 (UTF-8 never contains 0xff, so the forms cannot meet)."""
     return raw if len(raw) <= MAX_RAW_KEY else b"\xff" + hashlib.sha256(raw).digest()
 
 
-def blocked_prefix(key: str) -> bytes:
+def blocked_prefix(key: bytes) -> bytes:
     """Length-prefixed, so one key's prefix never matches another key."""
     buf = bytearray()
-    raw = text_key(key)
+    raw = table_key(key)
     put_uvarint(buf, len(raw))
     return bytes(buf + raw)
 
@@ -123,13 +122,14 @@ class Counters:
     cursor: int = 0  # lowest offset Lease has not passed yet
     dedup_cursor: int = 0  # records below have had their dedup entry handled
     last_ts: int = 0  # newest record timestamp (timestamps never decrease)
-    payload_bytes: int = 0  # payload bytes retained (records.payload_size)
+    clock: int = 0  # highest now_ms any command carried: dedup's time
+    stored_bytes: int = 0  # sum of retained record values' lengths
     done: int = 0  # retained records that are finished (acked, dead and forgotten)
     leased: int = 0  # LEASED deliveries
     waiting: int = 0  # WAITING deliveries
     dead: int = 0  # DEAD deliveries
 
-    _FORMAT = struct.Struct(">10Q")
+    _FORMAT = struct.Struct(">11Q")
 
     def pack(self) -> bytes:
         return self._FORMAT.pack(*astuple(self))
@@ -175,6 +175,14 @@ class View:
         self._loaded: bytes = self.c.pack()
         self.now = 0
 
+    def at(self, now_ms: int) -> None:
+        """The command's time. Dedup windows are measured on ``clock``, which
+        never goes back, so an entry Expire dropped stays expired even if a
+        new leader's clock lags."""
+        self.now = now_ms
+        if now_ms > self.c.clock:
+            self.c.clock = now_ms
+
     @property
     def fifo(self) -> bool:
         return self.cfg.ordering == "fifo"
@@ -190,10 +198,10 @@ class View:
         return None if raw is None else Delivery.unpack(raw)
 
     def set_delivery(
-        self, offset: int, new: Delivery | None, old: Delivery | None, key: str = ""
+        self, offset: int, new: Delivery | None, old: Delivery | None, key: bytes = b""
     ) -> None:
         """Move ``offset`` from ``old`` to ``new`` (None: no state). ``key`` is
-        the record's key, needed only to enter or leave BLOCKED."""
+        the record's key (UTF-8), needed only to enter or leave BLOCKED."""
         if old is not None:
             self._unindex(offset, old, key)
         if new is None:
@@ -203,7 +211,7 @@ class View:
         self._index(offset, new, key)
         self.txn.put(DELIVERY, u64(offset), new.pack())
 
-    def _unindex(self, offset: int, old: Delivery, key: str) -> None:
+    def _unindex(self, offset: int, old: Delivery, key: bytes) -> None:
         status = old.status
         if status in (Status.LEASED, Status.WAITING):
             self.txn.delete(TIMERS, pair_key(old.at_ms, offset))
@@ -217,7 +225,7 @@ class View:
         if name is not None:
             setattr(self.c, name, getattr(self.c, name) - 1)
 
-    def _index(self, offset: int, new: Delivery, key: str) -> None:
+    def _index(self, offset: int, new: Delivery, key: bytes) -> None:
         status = new.status
         if status in (Status.LEASED, Status.WAITING):
             self.txn.put(TIMERS, pair_key(new.at_ms, offset), bytes((status,)))

@@ -11,9 +11,8 @@ from typing import Any
 from raft_queue.core.wire import U32_MAX, U64_MAX
 from raft_queue.errors import InvalidArgument
 
-# Keys and dedup ids become table keys (LMDB allows 511 bytes); SQS allows 128
-# characters for MessageGroupId and MessageDeduplicationId.
-MAX_SHORT_BYTES = 255
+# Consumer group names are table keys as they are (LMDB allows 511 bytes).
+MAX_GROUP_BYTES = 255
 
 
 def uint64(field: str, value: Any) -> None:
@@ -36,16 +35,18 @@ def string(field: str, value: Any) -> None:
         raise InvalidArgument(field, f"must be a str, got {type(value).__name__}")
 
 
-def short_str(field: str, value: Any) -> None:
-    """A str of at most MAX_SHORT_BYTES bytes of UTF-8 (it may become a key)."""
+def text(field: str, value: Any, max_bytes: int) -> None:
+    """A str of at most ``max_bytes`` bytes of UTF-8."""
     string(field, value)
-    if len(value) > MAX_SHORT_BYTES // 4 and len(value.encode()) > MAX_SHORT_BYTES:
-        raise InvalidArgument(field, f"longer than {MAX_SHORT_BYTES} bytes of UTF-8")
+    if len(value) > max_bytes // 4 and len(value.encode()) > max_bytes:
+        raise InvalidArgument(field, f"longer than {max_bytes} bytes of UTF-8")
 
 
-def headers(value: Any) -> None:
+def headers(value: Any, max_count: int) -> None:
     if type(value) is not tuple:
         raise InvalidArgument("headers", "must be a tuple of (str, bytes) pairs")
+    if len(value) > max_count:
+        raise InvalidArgument("headers", f"more than {max_count}")
     for pair in value:
         if (
             type(pair) is not tuple

@@ -52,6 +52,13 @@ class Reader:
         self.pos = pos
 
     def uvarint(self) -> int:
+        pos = self.pos
+        if pos < len(self.data) and self.data[pos] < 0x80:  # one byte: most of them
+            self.pos = pos + 1
+            return self.data[pos]
+        return self._long_uvarint()
+
+    def _long_uvarint(self) -> int:
         data, pos = self.data, self.pos
         result = shift = 0
         for i in range(_MAX_VARINT_BYTES):

@@ -6,6 +6,7 @@ values: no clock, no sleeps.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import pytest
@@ -26,9 +27,12 @@ from raft_queue.core.commands import (
     PartitionConfig,
     Purge,
     ReceiptRef,
+    decode,
+    encode,
 )
 from raft_queue.core.kv import KVTxn
 from raft_queue.core.partition import PartitionMachine
+from raft_queue.core.records import stored_value, to_blob
 from raft_queue.core.results import (
     NOT_FOUND,
     OK,
@@ -227,13 +231,15 @@ def test_read_outside_the_retained_range_returns_nothing() -> None:
         assert (res.earliest_offset, res.latest_offset) == (2, 3)
 
 
-def test_stats_count_messages_in_flight_delayed_and_bytes() -> None:
+def test_stats_count_messages_in_flight_delayed_and_stored_bytes() -> None:
     p = Partition()
-    p.append(0, b"12345", keyed("kk", b"1", headers=(("h", b"vv"),)), b"x", b"y")
+    recs = [NewRecord(b"12345"), keyed("kk", b"1", headers=(("h", b"vv"),)), keyed("x"), keyed("y")]
+    p.append(0, *recs)
     p.ack(0, p.lease(0, 1)[0])
     p.lease(0, 1, visibility=100)
     p.nack(0, 50, *p.lease(0, 1))
-    assert p.stats(10) == PartitionStats(0, 4, 3, 1, 1, 0, 5 + (1 + 2 + 1 + 2) + 1 + 1)
+    stored = sum(len(stored_value(0, to_blob(r))) for r in recs)
+    assert p.stats(10) == PartitionStats(0, 4, 3, 1, 1, 0, stored)
     assert p.stats(100).in_flight == 0 and p.stats(100).delayed == 0
 
 
@@ -284,6 +290,71 @@ def test_append_costs_one_put_per_record_plus_dedup_entry(dedup: bool) -> None:
         p.machine.apply(counting, Append(recs, 1))  # type: ignore[arg-type]
     expected = {"records": 100, "meta": 1} | ({"dedup": 100} if dedup else {})
     assert counting.puts == expected
+
+
+def _blob(delay: int, dedup_len: int, key_len: int, count: int, rest: bytes) -> bytes:
+    return struct.pack(">IHHH", delay, dedup_len, key_len, count) + rest
+
+
+def _parts(*parts: bytes) -> bytes:
+    return b"".join(struct.pack(">I", len(p)) + p for p in parts)
+
+
+def _append_of(*blobs: bytes, count: int | None = None) -> bytes:
+    n = len(blobs) if count is None else count
+    return b"\x02" + struct.pack(">QI", 5, n) + _parts(*blobs)
+
+
+def _batch_of(*commands: bytes, count: int | None = None) -> bytes:
+    n = len(commands) if count is None else count
+    return b"\x0b" + struct.pack(">I", n) + _parts(*commands)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\x63",  # unknown tag
+        _append_of(b"\x00" * 9),  # record shorter than its header
+        _append_of(_blob(0, 5, 0, 0, b"ab")),  # dedup_id runs past the record
+        _append_of(_blob(0, 1, 0, 0, b"\xff")),  # dedup_id not UTF-8
+        _append_of(_blob(0, 0, 1, 0, b"\xc3")),  # key not UTF-8
+        _append_of(_blob(0, 0, 0, 1, b"")),  # header missing
+        _append_of(_blob(0, 0, 0, 0, b""), count=2),  # second record missing
+        _append_of(_blob(0, 0, 0, 0, b""))[:-1],  # record cut short
+        _append_of(_blob(0, 0, 0, 0, b"")) + b"\x00",  # trailing byte
+        _batch_of(encode(Expire(1)), count=2),  # second command missing
+        _batch_of(_batch_of()),  # nested Batch
+    ],
+)
+def test_apply_encoded_rejects_garbage_and_the_txn_rolls_back(data: bytes) -> None:
+    p = Partition()
+    p.append(1, b"a")
+    before = p.digest()
+    entry = _batch_of(encode(Append((NewRecord(b"ok"),), 2)), data)
+    with pytest.raises(InvalidArgument) as info, p.store.begin(write=True) as txn:
+        p.machine.apply_encoded(txn, entry)
+    assert info.value.field == "command"
+    assert p.digest() == before
+    with pytest.raises(InvalidArgument):
+        decode(data)  # the same bytes are rejected by the plain codec too
+
+
+def test_apply_encoded_equals_apply_of_the_decoded_command() -> None:
+    a, b = Partition(), Partition()
+    cmd = Batch(
+        (
+            Append(
+                (NewRecord(b"x", key="k", headers=(("h", b"1"),), dedup_id="d", delay_ms=3),), 7
+            ),
+            Append((NewRecord(b"y", dedup_id="d"), NewRecord(b"z")), 8),
+            Lease("c", 5, 0, 20),
+        )
+    )
+    with b.store.begin(write=True) as txn:
+        encoded_result = b.machine.apply_encoded(txn, encode(cmd))
+    assert encoded_result == a.apply(cmd)
+    assert a.digest() == b.digest()
 
 
 def test_apply_rejects_what_is_not_a_command() -> None:
@@ -544,10 +615,11 @@ def test_retention_zero_compacts_acked_records_from_the_front_only() -> None:
 
 
 def test_retention_bytes_trims_the_oldest_records() -> None:
-    p = Partition(retention_bytes=10, retention_ms=10**9)
+    size = len(stored_value(0, to_blob(NewRecord(b"aaaa"))))
+    p = Partition(retention_bytes=2 * size, retention_ms=10**9)
     p.append(0, b"aaaa", b"bbbb", b"cccc")
     assert p.expire(1).removed == 1
-    assert p.stats(1).bytes == 8
+    assert p.stats(1).bytes == 2 * size
 
 
 def test_purge_drops_everything_but_keeps_offsets_growing() -> None:

@@ -26,6 +26,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from raft_queue.core.commands import (
     Ack,
     Append,
+    Batch,
     ChangeVisibility,
     Command,
     CommitOffset,
@@ -38,10 +39,10 @@ from raft_queue.core.commands import (
     PartitionConfig,
     Purge,
     ReceiptRef,
-    decode,
     encode,
 )
 from raft_queue.core.partition import PartitionMachine
+from raft_queue.core.records import to_blob
 from raft_queue.core.results import (
     NOT_FOUND,
     OK,
@@ -83,10 +84,7 @@ class Rec:
 
     @property
     def size(self) -> int:
-        r = self.rec
-        return (
-            len(r.body) + len(r.key.encode()) + sum(len(k.encode()) + len(v) for k, v in r.headers)
-        )
+        return 8 + len(to_blob(self.rec))  # timestamp + the record as encoded
 
 
 @dataclass
@@ -98,6 +96,7 @@ class Model:
     next_offset: int = 0
     earliest: int = 0
     last_ts: int = 0
+    clock: int = 0  # highest now seen: dedup windows are measured on it
     dedup: dict[str, tuple[int, int]] = field(default_factory=dict)
     groups: dict[str, int] = field(default_factory=dict)
 
@@ -110,16 +109,18 @@ class Model:
 
     def mature(self, now: int) -> None:
         """Every command but Append and CommitOffset first runs the due timers."""
+        self.clock = max(self.clock, now)
         for r in self.recs.values():
             r.status = self.status_at(r, now)
 
     def append(self, recs: tuple[NewRecord, ...], now: int) -> AppendResult:
         ts = self.last_ts = max(now, self.last_ts)
+        self.clock = max(self.clock, now)
         items = []
         for rec in recs:
             seen = self.dedup.get(rec.dedup_id)
             window = self.cfg.dedup_window_ms
-            if rec.dedup_id and window and seen and ts - seen[1] < window:
+            if rec.dedup_id and window and seen and self.clock - seen[1] < window:
                 items.append(AppendItem(seen[0], True))
                 continue
             if rec.dedup_id and window:
@@ -139,7 +140,8 @@ class Model:
 
     def visible(self, r: Rec, now: int) -> bool:
         if r.status == "new":
-            return now >= r.ts + max(r.rec.delay_ms, self.cfg.delay_ms) and self.is_head(r)
+            delay = max(r.rec.delay_ms, self.cfg.delay_ms)
+            return (delay == 0 or now >= r.ts + delay) and self.is_head(r)
         return r.status == "ready" and self.is_head(r)
 
     def lease(self, n: int, visibility: int, now: int) -> list[tuple[int, int, int, int]]:
@@ -209,13 +211,12 @@ class PartitionModelTest(RuleBasedStateMachine):
         self.model = Model(PartitionConfig())
 
     def run(self, cmd: Command) -> Any:
-        """Apply on replica 0 directly and on replica 1 through the codec."""
-        results = []
-        for store, c in zip(self.replicas, (cmd, decode(encode(cmd))), strict=True):
-            with store.begin(write=True) as txn:
-                results.append(self.machine.apply(txn, c))
-        assert results[0] == results[1]
-        return results[0]
+        """Apply on replica 0 as a command and on replica 1 as its Raft entry."""
+        with self.replicas[0].begin(write=True) as txn:
+            result = self.machine.apply(txn, cmd)
+        with self.replicas[1].begin(write=True) as txn:
+            assert self.machine.apply_encoded(txn, encode(cmd)) == result
+        return result
 
     @initialize(
         ordering=st.sampled_from(["none", "fifo"]),
@@ -241,18 +242,24 @@ class PartitionModelTest(RuleBasedStateMachine):
             ),
             min_size=1,
             max_size=4,
-        )
+        ),
+        batched=st.booleans(),
     )
-    def append(self, records: list[NewRecord]) -> None:
-        before, ts = self.model.next_offset, max(self.now, self.model.last_ts)
+    def append(self, records: list[NewRecord], batched: bool) -> None:
+        """One Append, or (as the leader's group commit) a Batch of one each."""
+        before, clock = self.model.next_offset, max(self.now, self.model.clock)
         window = self.model.dedup.copy()
-        result = self.run(Append(tuple(records), self.now))
+        if batched:
+            results = self.run(Batch(tuple(Append((r,), self.now) for r in records)))
+            result = AppendResult(tuple(i for res in results for i in res.items))
+        else:
+            result = self.run(Append(tuple(records), self.now))
         assert result == self.model.append(tuple(records), self.now)
         fresh = [item.offset for item in result.items if not item.duplicate]
         assert fresh == list(range(before, before + len(fresh)))  # dense, growing
         for rec, item in zip(records, result.items, strict=True):
             seen = window.get(rec.dedup_id)
-            if seen and ts - seen[1] < self.model.cfg.dedup_window_ms:
+            if seen and clock - seen[1] < self.model.cfg.dedup_window_ms:
                 assert item == AppendItem(seen[0], True)
 
     @rule(n=st.integers(1, 4), visibility=st.sampled_from([0, 5, 20, 100]))
@@ -335,6 +342,7 @@ class PartitionModelTest(RuleBasedStateMachine):
         if data.draw(st.integers(0, 9)) != 0:  # rare: it resets everything
             return
         m = self.model
+        m.clock = max(m.clock, self.now)
         assert self.run(Purge(self.now)) == m.next_offset - m.earliest
         m.recs.clear()
         m.earliest = m.next_offset
@@ -349,7 +357,7 @@ class PartitionModelTest(RuleBasedStateMachine):
     def _check_dedup_table(self) -> None:
         """After Expire, exactly the dedup entries still inside their window remain."""
         window = self.model.cfg.dedup_window_ms
-        live = {e for e in self.model.dedup.values() if self.now - e[1] < window}
+        live = {e for e in self.model.dedup.values() if self.model.clock - e[1] < window}
         with self.replicas[0].begin() as txn:
             stored = {unpack_pair(v) for _, v in txn.scan(DEDUP)}
         assert stored == live
