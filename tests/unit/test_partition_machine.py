@@ -281,15 +281,20 @@ class CountingTxn:
         return getattr(self._txn, name)
 
 
+@pytest.mark.parametrize("encoded", [False, True])
 @pytest.mark.parametrize("dedup", [False, True])
-def test_append_costs_one_put_per_record_plus_dedup_entry(dedup: bool) -> None:
+def test_append_costs_one_put_per_record_plus_dedup_entry(dedup: bool, encoded: bool) -> None:
     p = Partition()
     recs = tuple(NewRecord(b"x", dedup_id=f"id{i}" if dedup else "") for i in range(100))
+    batch = Batch((Append(recs[:50], 1), Append(recs[50:], 2)))
     with p.store.begin(write=True) as txn:
-        counting = CountingTxn(txn)
-        p.machine.apply(counting, Append(recs, 1))  # type: ignore[arg-type]
+        counting: Any = CountingTxn(txn)
+        if encoded:
+            p.machine.apply_encoded(counting, encode(batch))
+        else:
+            p.machine.apply(counting, batch)
     expected = {"records": 100, "meta": 1} | ({"dedup": 100} if dedup else {})
-    assert counting.puts == expected
+    assert counting.puts == expected  # meta: one counters write per Raft entry
 
 
 def _blob(delay: int, dedup_len: int, key_len: int, count: int, rest: bytes) -> bytes:
