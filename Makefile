@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -1,0 +1,134 @@
+"""The one door from the Spark integration to the cluster: the raft_queue SDK, opened late.
+
+Readers and writers are pickled from the driver to executors, so none of them
+holds a client: each call opens one with ``connect()`` in the process that
+uses it and closes it afterwards. ``raft_queue.client`` (and with it grpc) is
+imported inside the functions, so importing the data source, which Spark's
+auto-discovery does in a short-lived worker, loads no grpc.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from spark.offsets import Bounds, Layout, OffsetError, Offsets, Range, offset_for_time
+from spark.raftq.options import OptionError
+
+READ_TIMEOUT_S = 30.0
+
+
+@contextmanager
+def connect(bootstrap: str) -> Iterator[Any]:
+    """A ``raft_queue.Client`` for the duration of a ``with`` block."""
+    from raft_queue.client import Client
+
+    client = Client(bootstrap=bootstrap, timeout_s=READ_TIMEOUT_S)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def layout(client: Any, queues: Sequence[str]) -> Layout:
+    """Each queue's partitions and their retained ``[earliest, latest)`` right now.
+
+    An unknown queue is an OptionError naming it, so the query fails before
+    any task is planned.
+    """
+    from raft_queue.errors import NotFound
+
+    out: Layout = {}
+    for queue in queues:
+        try:
+            infos = client.partitions(queue)
+        except NotFound as exc:
+            raise OptionError(f"raftq: queue {queue!r} does not exist") from exc
+        out[queue] = {p.partition: Bounds(p.earliest_offset, p.latest_offset) for p in infos}
+    return out
+
+
+def offsets_for_time(client: Any, shape: Layout, timestamp_ms: int) -> Offsets:
+    """Per partition, the first offset stamped at or after ``timestamp_ms`` (else latest).
+
+    The API has no offset-by-time RPC: this is a binary search of one-record
+    reads (``spark.offsets.offset_for_time``), about log2(records) reads per
+    partition, made once on the driver when the query is planned.
+    """
+    out: Offsets = {}
+    for queue, parts in shape.items():
+        out[queue] = {}
+        for partition, bounds in parts.items():
+
+            def probe(offset: int, q: str = queue, p: int = partition) -> tuple[int, int] | None:
+                found = client.read(q, p, offset, max_messages=1).messages
+                return (found[0].offset, found[0].timestamp_ms) if found else None
+
+            out[queue][str(partition)] = offset_for_time(timestamp_ms, bounds, probe)
+    return out
+
+
+def fetch(client: Any, r: Range, fetch_size: int, fail_on_data_loss: bool) -> Iterator[list[Any]]:
+    """The records of ``r`` in offset order, a list per Read RPC.
+
+    Offsets missing inside the range (acked records compacted away) are
+    skipped silently, as Kafka skips compacted offsets. Records deleted before
+    being read, or a partition now shorter than ``r`` (queue recreated), are
+    data loss: OffsetError if ``fail_on_data_loss``, else skipped.
+    """
+    from raft_queue.errors import OutOfRange
+
+    offset = r.start
+    while offset < r.end:
+        try:
+            res = client.read(
+                r.queue, r.partition, offset, max_messages=min(fetch_size, r.end - offset)
+            )
+        except OutOfRange as exc:
+            earliest = _earliest(client, r)
+            if fail_on_data_loss:
+                raise OffsetError(_lost(r, f"offsets [{offset}, {earliest}) were deleted")) from exc
+            offset = earliest
+            continue
+        batch = [m for m in res.messages if m.offset < r.end]
+        if batch:
+            yield batch
+        if res.next_offset <= offset:  # nothing at or after offset
+            if fail_on_data_loss:
+                raise OffsetError(_lost(r, f"the partition now ends at {res.latest_offset}"))
+            return
+        offset = res.next_offset
+
+
+def _earliest(client: Any, r: Range) -> int:
+    for info in client.partitions(r.queue):
+        if info.partition == r.partition:
+            return int(info.earliest_offset)
+    raise OffsetError(f"data loss: {r.queue}/{r.partition} no longer exists")
+
+
+def _lost(r: Range, what: str) -> str:
+    return (
+        f"data loss reading {r.queue}/{r.partition} [{r.start}, {r.end}): {what}. "
+        "Set failOnDataLoss=false to skip missing records."
+    )
+
+
+def partition_count(client: Any, queue: str) -> int:
+    """How many partitions ``queue`` has (OptionError if it does not exist)."""
+    return len(layout(client, [queue])[queue])
+
+
+def dedup_window_ms(client: Any, queue: str) -> int:
+    """The queue's dedup window: how long a replayed write is still recognised."""
+    return int(client.get_queue(queue).config.dedup_window_ms or 0)
+
+
+def publish(client: Any, queue: str, messages: Sequence[Any]) -> int:
+    """Send ``messages`` (OutgoingMessage, each with its dedup id and partition).
+
+    Returns how many were already stored (dedup hits: a replay or retry).
+    """
+    results = client.send_batch(queue, messages)
+    return sum(1 for r in results if r.duplicate)

@@ -1,0 +1,58 @@
+"""Option parsing of the raftq format, without Spark: bad options fail with a clear message."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark.offsets import EARLIEST, LATEST
+from spark.raftq.options import OptionError, sink_options, source_options
+
+
+def test_kafka_names_are_accepted_and_keys_are_case_insensitive() -> None:
+    opts = source_options(
+        {"Subscribe": "a, b,a", "kafka.bootstrap.servers": "h:1", "INCLUDEHEADERS": "TRUE"},
+        streaming=False,
+    )
+    assert opts.queues == ("a", "b")
+    assert opts.bootstrap == "h:1"
+    assert opts.include_headers is True
+    assert source_options({"topic": "t"}, streaming=False).queues == ("t",)
+
+
+def test_batch_defaults_are_earliest_to_latest_and_streams_start_at_latest() -> None:
+    batch = source_options({"queue": "q"}, streaming=False)
+    assert (batch.starting.default, batch.ending.default) == (EARLIEST, LATEST)
+    assert batch.fail_on_data_loss is True
+    assert source_options({"queue": "q"}, streaming=True).starting.default == LATEST
+
+
+@pytest.mark.parametrize(
+    ("options", "streaming", "message"),
+    [
+        ({"queue": "a", "subscribe": "a"}, False, "only one of queue, subscribe"),
+        ({}, False, "option queue .* is required"),
+        ({"queue": " , "}, False, "names no queue"),
+        ({"queue": "a", "startingOffsets": "{bad"}, False, "startingOffsets: not 'earliest'"),
+        ({"queue": "a", "startingOffsets": "latest"}, False, "empty batch read"),
+        ({"queue": "a", "endingOffsets": "earliest"}, False, "empty batch read"),
+        ({"queue": "a", "endingOffsets": "latest"}, True, "batch queries only"),
+        ({"queue": "a", "failOnDataLoss": "maybe"}, False, "failOnDataLoss must be true or false"),
+        ({"queue": "a", "maxOffsetsPerTrigger": "0"}, True, "maxOffsetsPerTrigger must be >= 1"),
+        ({"queue": "a", "minPartitions": "two"}, False, "minPartitions must be an integer"),
+        ({"queue": "a", "startingTimestamp": "noon"}, False, "startingTimestamp"),
+    ],
+)
+def test_bad_source_options_are_refused_with_the_option_named(
+    options: dict[str, str], streaming: bool, message: str
+) -> None:
+    with pytest.raises(OptionError, match=message):
+        source_options(options, streaming=streaming)
+
+
+def test_sink_options_check_ids_and_accept_topic() -> None:
+    opts = sink_options({"topic": "out", "sinkId": "job-1", "checkpointLocation": "/ck"})
+    assert (opts.queue, opts.sink_id, opts.checkpoint) == ("out", "job-1", "/ck")
+    with pytest.raises(OptionError, match="sinkId must be"):
+        sink_options({"queue": "out", "sinkId": "has:colon"})
+    with pytest.raises(OptionError, match="only one of queue, topic"):
+        sink_options({"queue": "a", "topic": "b"})
