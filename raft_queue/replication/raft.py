@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from collections.abc import Callable
 from typing import Any
 
@@ -107,6 +108,13 @@ class GroupPoller(Poller):
         return None
 
 
+# Test-only: with RAFTQ_POWERLOSS_COPY=1 every journal sync also leaves
+# "<journal>.synced", the journal exactly as msync'ed, before any ack that sync
+# allows; tests/chaos/test_durability.py simulates power loss by SIGKILL and
+# putting back only that copy. Read once at import: free when unset.
+POWERLOSS_COPY = os.environ.get("RAFTQ_POWERLOSS_COPY") == "1"
+
+
 class SyncedJournal:
     """Wraps pysyncobj's journal: remembers whether anything was written since
     the last ``sync()`` so one msync covers a whole batch of entries, and fsyncs
@@ -114,6 +122,7 @@ class SyncedJournal:
 
     def __init__(self, inner: Any, path: str | None, enabled: bool) -> None:
         self._inner = inner
+        self._path = path
         self._meta_path = f"{path}.meta" if path else None
         self._enabled = enabled and path is not None
         self.dirty = False
@@ -161,6 +170,10 @@ class SyncedJournal:
         if self._enabled:
             self._inner.flush()
             self.syncs += 1
+            if POWERLOSS_COPY and self._path:
+                tmp = f"{self._path}.synced.tmp"
+                shutil.copyfile(self._path, tmp)
+                os.replace(tmp, f"{self._path}.synced")  # atomic: a kill leaves old or new
         return True
 
 
