@@ -1,0 +1,409 @@
+"""A chaos campaign: ``python -m chaos.campaign --duration S --seed N [--nodes 3|5] [--out DIR]``.
+
+Starts a ChaosCluster (every link proxied, small log compaction threshold so lagging
+replicas catch up by snapshot), runs the workload (chaos.workload) while a seeded
+schedule of faults (chaos.nemesis) plays, heals everything, lets the cluster settle,
+drains the queue (receive + ack) and reads every partition by offset, collects every
+replica's digest once they have caught up, and hands the history to chaos.checker.
+
+Prints: the seed, the faults injected (and how long the queue took to accept writes on
+every partition again after each heal), operations by type, anomalies by class, term
+changes and leader changes seen by a monitor. Exit status 0 only if the history is
+valid and the final phase completed; ``--out`` keeps history.jsonl and report.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos.checker import Report, check
+from chaos.cluster import ChaosCluster
+from chaos.history import History, Op
+from chaos.nemesis import FACTORIES, Context, Fault, Schedule
+from chaos.workload import Workload, WorkloadConfig, final_drain, final_reads
+from raft_queue.errors import QueueError
+
+# Acked records stay readable by offset for the whole run (with retention_ms 0 the
+# queue trims acked records from the front, and the checker assumes no trimming).
+RETENTION_MS = 24 * 3600 * 1000
+
+
+@dataclass
+class CampaignConfig:
+    duration_s: float = 120.0
+    seed: int = 0
+    nodes: int = 3
+    out: Path = Path(".raftq/chaos")
+    partitions: int = 3
+    replication: int = 3
+    durability: str = "fsync"
+    nemeses: list[str] = field(default_factory=lambda: list(FACTORIES))
+    warmup_s: float = 3.0
+    quiet_s: float = 5.0
+    compaction_entries: int = 200
+    fault_s: tuple[float, float] = (4.0, 10.0)
+    calm_s: tuple[float, float] = (3.0, 6.0)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    keep_data: bool = False
+
+
+class Monitor:
+    """Polls every replica's term and role once a second: term changes (elections
+    started) and leader changes per partition, as seen from outside."""
+
+    def __init__(self, client: Any, queue: str) -> None:
+        self.client, self.queue = client, queue
+        self.terms: dict[int, int] = {}
+        self.leaders: dict[int, str] = {}
+        self.term_changes: Counter[int] = Counter()
+        self.leader_changes: Counter[int] = Counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="monitor", daemon=True)
+
+    def start(self) -> Monitor:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(15)
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            try:
+                self.sample(self.client.cluster_status().replicas)
+            except QueueError:
+                continue
+
+    def sample(self, replicas: list[Any]) -> None:
+        for r in replicas:
+            if r.queue != self.queue:
+                continue
+            old = self.terms.get(r.partition)
+            if old is not None and r.term > old:
+                self.term_changes[r.partition] += r.term - old
+            self.terms[r.partition] = max(old or 0, r.term)
+            if r.role == "leader" and self.leaders.get(r.partition, r.node) != r.node:
+                self.leader_changes[r.partition] += 1
+            if r.role == "leader":
+                self.leaders[r.partition] = r.node
+
+
+@dataclass
+class Result:
+    """Everything the campaign found; ``ok`` decides the exit status."""
+
+    seed: int
+    nodes: int
+    duration_s: float
+    faults: list[Fault]
+    recovery_s: list[float | None]
+    operations: dict[str, int]
+    report: Report
+    term_changes: dict[int, int]
+    leader_changes: dict[int, int]
+    final: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        f = self.final
+        return (
+            self.report.ok
+            and f["drained"]
+            and f["reads_complete"]
+            and f["digests_equal"]
+            and not f["workload_errors"]
+        )
+
+    def render(self) -> str:
+        verdict = "VALID" if self.ok else "INVALID"
+        lines = [f"chaos campaign seed={self.seed} nodes={self.nodes}: {verdict}"]
+        lines.append(f"faults injected: {len(self.faults)} in {self.duration_s:.0f} s")
+        for k, (fault, rec) in enumerate(zip(self.faults, self.recovery_s, strict=True)):
+            healed = f"{fault.heal_s:6.1f}s" if fault.heal_s is not None else "   -   "
+            if rec is not None:
+                back = f"writable again after {rec:.1f} s"
+            elif k + 1 < len(self.faults) and fault.heal_s is not None:
+                window = self.faults[k + 1].start_s - fault.heal_s
+                back = f"not writable on every partition within {window:.1f} s (next fault)"
+            else:
+                back = "not writable on every partition before the workload stopped"
+            what = f"{fault.name}: {fault.detail} {fault.error}".rstrip()
+            lines.append(f"  {fault.start_s:6.1f}s-{healed} {what}; {back}")
+        lines.append("operations: " + _pairs(sorted(self.operations.items())))
+        lines.append("checker: " + self.report.render().replace("\n", "\n  "))
+        lines.append("anomalies: " + _pairs(self.report.counts.items()))
+        terms, leaders = self.term_changes, self.leader_changes
+        lines.append(
+            f"term changes: {sum(terms.values())} by partition {dict(sorted(terms.items()))}"
+        )
+        lines.append(
+            f"leader changes: {sum(leaders.values())} by partition {dict(sorted(leaders.items()))}"
+        )
+        lines.append("final phase: " + _pairs(self.final.items()))
+        lines.append(f"replay: {replay_command(self.duration_s, self.seed, self.nodes)}")
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        body = {k: v for k, v in asdict(self).items() if k != "report"}
+        return json.dumps({**body, "ok": self.ok, "checker": self.report.to_dict()}, default=str)
+
+
+def _pairs(items: Any) -> str:
+    return ", ".join(f"{k} {v}" for k, v in items)
+
+
+def replay_command(duration_s: float, seed: int, nodes: int) -> str:
+    return f"python -m chaos.campaign --duration {duration_s:.0f} --seed {seed} --nodes {nodes}"
+
+
+# ---- phases ---------------------------------------------------------------------------------
+
+
+def create_queue(cluster: ChaosCluster, config: CampaignConfig) -> None:
+    """Create the campaign's queue, retried while the cluster settles (bounded)."""
+    deadline = time.monotonic() + 60
+    with cluster.client(timeout_s=10.0) as client:
+        while True:
+            try:
+                client.create_queue(
+                    config.workload.queue,
+                    partitions=config.partitions,
+                    replication_factor=config.replication,
+                    visibility_timeout_ms=config.workload.visibility_ms,
+                    retention_ms=RETENTION_MS,
+                    durability=config.durability,
+                )
+                break
+            except QueueError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        wait_healthy(client, config.workload.queue, config.partitions, 60)
+
+
+def wait_healthy(client: Any, queue: str, partitions: int, timeout_s: float) -> float:
+    """Seconds until every node answers and every partition has a leader with a quorum;
+    raises TimeoutError after ``timeout_s``."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        try:
+            status = client.cluster_status()
+            led = {
+                r.partition
+                for r in status.replicas
+                if r.queue == queue and r.role == "leader" and r.has_quorum
+            }
+            if not status.unreachable and len(led) == partitions:
+                return time.monotonic() - start
+        except QueueError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(f"cluster not healthy after {timeout_s:.0f} s")
+
+
+def collect_digests(
+    client: Any, queue: str, replication: int, timeout_s: float = 60.0
+) -> tuple[dict[int, dict[str, str]], bool]:
+    """Poll until every partition's replicas report the same applied index and digest.
+
+    Returns the last digests seen ({partition: {node: digest}}) and whether they
+    converged; a replica that never catches up shows up as a divergence."""
+    deadline = time.monotonic() + timeout_s
+    digests: dict[int, dict[str, str]] = {}
+    while time.monotonic() < deadline:
+        try:
+            replicas = [
+                r for r in client.cluster_status(include_digests=True).replicas if r.queue == queue
+            ]
+        except QueueError:
+            time.sleep(0.5)
+            continue
+        digests, applied = defaultdict(dict), defaultdict(set)
+        for r in replicas:
+            digests[r.partition][r.node] = r.digest
+            applied[r.partition].add(r.last_applied)
+        if all(
+            len(d) == replication and len(set(d.values())) == 1 and len(applied[p]) == 1
+            for p, d in digests.items()
+        ):
+            return dict(digests), True
+        time.sleep(0.5)
+    return dict(digests), False
+
+
+def final_phase(
+    cluster: ChaosCluster, history: History, config: CampaignConfig
+) -> tuple[dict[str, Any], dict[int, dict[str, str]]]:
+    """Drain, read everything by offset, and collect digests (faults healed)."""
+    q = config.workload.queue
+    with cluster.client(timeout_s=10.0, retries=5) as client:
+        settle_s = wait_healthy(client, q, config.partitions, 90)
+        drained, drain_done = final_drain(history, client, q, config.workload.visibility_ms)
+        read, reads_done = final_reads(history, client, q, config.partitions)
+        digests, converged = collect_digests(client, q, config.replication)
+    final = {
+        "healthy_after_s": round(settle_s, 1),
+        "drained_records": drained,
+        "drained": drain_done,
+        "read_records": read,
+        "reads_complete": reads_done,
+        "digests_equal": converged,
+    }
+    return final, digests
+
+
+def recovery_times(
+    ops: list[Op], faults: list[Fault], partitions: int, end_s: float
+) -> list[float | None]:
+    """Per fault: seconds from its heal until every partition acknowledged a send that
+    was invoked after the heal (None if that did not happen before the next fault)."""
+    invoked: dict[Any, int] = {}
+    acks: list[tuple[int, int, int]] = []  # (invoke ns, ok ns, partition)
+    for op in ops:
+        if op["type"] == "invoke":
+            invoked[op["process"]] = op["time_ns"]
+        elif op["f"] == "send" and op["type"] == "ok" and op.get("partition") is not None:
+            acks.append((invoked.get(op["process"], op["time_ns"]), op["time_ns"], op["partition"]))
+    out: list[float | None] = []
+    for k, fault in enumerate(faults):
+        healed = fault.heal_s if fault.heal_s is not None else end_s
+        until = faults[k + 1].start_s if k + 1 < len(faults) else end_s
+        first: dict[int, int] = {}
+        for inv, done, part in acks:
+            if inv >= healed * 1e9 and done <= until * 1e9:
+                first[part] = min(first.get(part, done), done)
+        out.append(max(first.values()) / 1e9 - healed if len(first) == partitions else None)
+    return out
+
+
+def count_operations(ops: list[Op]) -> dict[str, int]:
+    return dict(Counter(f"{op['f']} {op['type']}" for op in ops if op["type"] != "invoke"))
+
+
+def run(config: CampaignConfig, log: Any = print) -> Result:
+    """One campaign; the cluster is always stopped, faults always healed."""
+    run_dir = config.out / f"seed-{config.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    replay = replay_command(config.duration_s, config.seed, config.nodes)
+    log(f"chaos seed: {config.seed} (replay: {replay}); output in {run_dir}")
+    raft = {"log_compaction_min_entries": config.compaction_entries}
+    cluster = ChaosCluster(run_dir / "cluster", config.nodes, seed=config.seed, raft=raft)
+    try:
+        result = _run_in(cluster, config, run_dir, log)
+    finally:
+        cluster.stop()
+    (run_dir / "report.json").write_text(result.to_json())
+    if result.ok and not config.keep_data:
+        shutil.rmtree(run_dir / "cluster", ignore_errors=True)
+    return result
+
+
+def _run_in(cluster: ChaosCluster, config: CampaignConfig, run_dir: Path, log: Any) -> Result:
+    cluster.start()
+    create_queue(cluster, config)
+    t0 = time.monotonic()
+    history = History(run_dir / "history.jsonl")
+    clock = lambda: time.monotonic() - t0  # noqa: E731 (seconds on the history's clock)
+    workload = Workload(history, cluster.client, config.workload, config.seed).start()
+    with cluster.client(timeout_s=5.0, retries=1) as client:
+        monitor = Monitor(client, config.workload.queue).start()
+        stop = threading.Event()
+        try:
+            stop.wait(config.warmup_s)
+            ctx = Context(
+                cluster,
+                client,
+                config.workload.queue,
+                random.Random(config.seed),
+                clock,
+                config.compaction_entries,
+                log,
+            )
+            faults = Schedule(
+                config.seed, config.nemeses, config.duration_s, config.fault_s, config.calm_s
+            ).run(ctx, stop)
+        finally:
+            cluster.recover()
+        log(f"[{clock():7.1f}s] every fault healed; quiet period {config.quiet_s:.0f} s")
+        stop.wait(config.quiet_s)
+        workload.stop()
+        monitor.stop()
+    end_s = clock()
+    final, digests = final_phase(cluster, history, config)
+    final["workload_errors"] = workload.errors
+    history.close()
+    ops = history.ops
+    report = check(ops, replica_digests=digests, dedup=True)
+    return Result(
+        config.seed,
+        config.nodes,
+        config.duration_s,
+        faults,
+        recovery_times(ops, faults, config.partitions, end_s),
+        count_operations(ops),
+        report,
+        dict(monitor.term_changes),
+        dict(monitor.leader_changes),
+        final,
+    )
+
+
+def parse_args(argv: list[str] | None) -> CampaignConfig:
+    parser = argparse.ArgumentParser(
+        prog="python -m chaos.campaign", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--duration", type=float, default=180.0, help="seconds of faults")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="replays a schedule (default: random, printed)"
+    )
+    parser.add_argument("--nodes", type=int, choices=(3, 5), default=3)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(".raftq/chaos"),
+        help="history, report (and data on failure)",
+    )
+    parser.add_argument(
+        "--nemesis",
+        default=",".join(FACTORIES),
+        help="comma-separated subset of: " + ", ".join(FACTORIES),
+    )
+    parser.add_argument(
+        "--keep-data", action="store_true", help="keep node data dirs even when valid"
+    )
+    args = parser.parse_args(argv)
+    names = [n for n in args.nemesis.split(",") if n]
+    unknown = [n for n in names if n not in FACTORIES]
+    if unknown or not names:
+        parser.error(f"unknown nemesis {unknown}; known: {', '.join(FACTORIES)}")
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    return CampaignConfig(
+        duration_s=args.duration,
+        seed=seed,
+        nodes=args.nodes,
+        out=args.out,
+        nemeses=names,
+        keep_data=args.keep_data,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    config = parse_args(argv)
+    result = run(config)
+    print(result.render(), flush=True)
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
