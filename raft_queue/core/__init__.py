@@ -4,6 +4,7 @@ Nothing here does I/O or reads a clock: the leader stamps time into commands
 and ``storage/`` supplies the ``KVTxn``. The public names are re-exported here.
 """
 
+from raft_queue.core.codec import decode, encode
 from raft_queue.core.commands import (
     Ack,
     Append,
@@ -20,8 +21,6 @@ from raft_queue.core.commands import (
     PartitionConfig,
     Purge,
     ReceiptRef,
-    decode,
-    encode,
 )
 from raft_queue.core.partition import PartitionMachine
 from raft_queue.core.records import StoredRecord

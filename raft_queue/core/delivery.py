@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from itertools import islice
+from typing import NamedTuple
 
 from raft_queue.core.commands import ReceiptRef
 from raft_queue.core.records import decode_value, head
@@ -28,6 +29,7 @@ from raft_queue.core.results import NOT_FOUND, OK, STALE, LeasedMessage
 from raft_queue.core.state import (
     BLOCKED,
     FIFO,
+    NEVER_LEASED,
     READY,
     RECORDS,
     TIMERS,
@@ -36,6 +38,7 @@ from raft_queue.core.state import (
     View,
     blocked_prefix,
     int_of,
+    lease_event,
     pair_key,
     table_key,
     u64,
@@ -63,7 +66,7 @@ def mature(view: View) -> None:
         if status[0] == Status.LEASED and _exhausted(view, old):
             kill(view, offset, old)
         else:
-            view.set_delivery(offset, Delivery(Status.READY, old.epoch, old.receive_count, 0), old)
+            view.set_delivery(offset, old._replace(status=Status.READY, at_ms=0), old)
 
 
 def _exhausted(view: View, d: Delivery) -> bool:
@@ -73,19 +76,29 @@ def _exhausted(view: View, d: Delivery) -> bool:
 
 def kill(view: View, offset: int, old: Delivery) -> None:
     """Out of delivery; listed by Expire until ForgetDead."""
-    view.set_delivery(offset, Delivery(Status.DEAD, old.epoch, old.receive_count, 0), old)
+    view.set_delivery(offset, old._replace(status=Status.DEAD, at_ms=0), old)
     release_group(view, offset)
 
 
-def lease(view: View, max_records: int, visibility_ms: int) -> tuple[LeasedMessage, ...]:
+class _Grant(NamedTuple):
+    """What one Lease gives every record it takes."""
+
+    deadline_ms: int
+    event: bytes  # the history entry (now, consumer, deadline)
+
+
+def lease(
+    view: View, max_records: int, visibility_ms: int, consumer: str
+) -> tuple[LeasedMessage, ...]:
     """Up to ``max_records`` visible records in offset order, leased until
     ``now + visibility_ms`` (0: the partition's visibility timeout)."""
     mature(view)
     deadline = later(view.now, visibility_ms or view.cfg.visibility_timeout_ms)
+    grant = _Grant(deadline, lease_event(view.now, consumer, deadline))
     out: list[LeasedMessage] = []
-    _lease_ready(view, max_records, deadline, out)
+    _lease_ready(view, max_records, grant, out)
     if len(out) < max_records:
-        _lease_from_cursor(view, max_records, deadline, out)
+        _lease_from_cursor(view, max_records, grant, out)
     return tuple(out)
 
 
@@ -94,16 +107,15 @@ def _grant(
     offset: int,
     value: bytes,
     old: Delivery | None,
-    deadline: int,
+    grant: _Grant,
     out: list[LeasedMessage],
 ) -> None:
-    epoch = (old.epoch if old else 0) + 1
-    count = (old.receive_count if old else 0) + 1
-    view.set_delivery(offset, Delivery(Status.LEASED, epoch, count, deadline), old)
-    out.append(LeasedMessage(decode_value(offset, value), epoch, count, deadline))
+    new = (old or NEVER_LEASED).leased(grant.deadline_ms, grant.event)
+    view.set_delivery(offset, new, old)
+    out.append(LeasedMessage(decode_value(offset, value), new.epoch, new.receive_count, new.at_ms))
 
 
-def _lease_ready(view: View, max_records: int, deadline: int, out: list[LeasedMessage]) -> None:
+def _lease_ready(view: View, max_records: int, grant: _Grant, out: list[LeasedMessage]) -> None:
     # Slack: in FIFO, READY records that are not their key's head (only after
     # a switch from "none") are skipped and stay READY.
     scan = islice(view.txn.scan(READY), max_records + 64)
@@ -120,11 +132,11 @@ def _lease_ready(view: View, max_records: int, deadline: int, out: list[LeasedMe
                 view.txn.put(FIFO, table_key(key), u64(offset))
             elif int_of(holder) != offset:
                 continue
-        _grant(view, offset, value, view.delivery(offset), deadline, out)
+        _grant(view, offset, value, view.delivery(offset), grant, out)
 
 
 def _lease_from_cursor(
-    view: View, max_records: int, deadline: int, out: list[LeasedMessage]
+    view: View, max_records: int, grant: _Grant, out: list[LeasedMessage]
 ) -> None:
     """Walk untouched records from the cursor: lease the visible ones, set
     aside the blocked and the individually delayed. A record held back only by
@@ -148,7 +160,7 @@ def _lease_from_cursor(
                 view.set_delivery(offset, Delivery(Status.WAITING, 0, 0, visible_at), None)
                 set_aside += 1
             else:
-                _grant(view, offset, value, None, deadline, out)
+                _grant(view, offset, value, None, grant, out)
             if grouped:
                 view.txn.put(FIFO, table_key(rec.key), u64(offset))
         c.cursor = offset + 1
@@ -186,9 +198,9 @@ def _promote(view: View, offset: int) -> None:
     delay = max(rec.delay_ms, view.cfg.delay_ms)
     visible_at = rec.timestamp_ms + delay
     if delay and visible_at > view.now:
-        new = Delivery(Status.WAITING, old.epoch, old.receive_count, visible_at)
+        new = old._replace(status=Status.WAITING, at_ms=visible_at)
     else:
-        new = Delivery(Status.READY, old.epoch, old.receive_count, 0)
+        new = old._replace(status=Status.READY, at_ms=0)
     view.set_delivery(offset, new, old, rec.key)
 
 
@@ -245,10 +257,10 @@ def nack_action(delay_ms: int) -> Action:
         if _exhausted(view, old):
             kill(view, offset, old)
         elif delay_ms == 0:
-            view.set_delivery(offset, Delivery(Status.READY, old.epoch, old.receive_count, 0), old)
+            view.set_delivery(offset, old._replace(status=Status.READY, at_ms=0), old)
         else:
             at = later(view.now, delay_ms)
-            new = Delivery(Status.WAITING, old.epoch, old.receive_count, at)
+            new = old._replace(status=Status.WAITING, at_ms=at)
             view.set_delivery(offset, new, old)
 
     return nack
@@ -259,6 +271,6 @@ def visibility_action(visibility_ms: int) -> Action:
 
     def change(view: View, offset: int, old: Delivery) -> None:
         at = later(view.now, visibility_ms)
-        view.set_delivery(offset, Delivery(Status.LEASED, old.epoch, old.receive_count, at), old)
+        view.set_delivery(offset, old._replace(status=Status.LEASED, at_ms=at), old)
 
     return change

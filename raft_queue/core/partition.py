@@ -19,10 +19,9 @@ from collections.abc import Callable
 from itertools import islice
 from typing import Any
 
-from raft_queue.core import dedup, delivery, retention
+from raft_queue.core import dedup, delivery, queries, retention
+from raft_queue.core.codec import TAG_APPEND, TAG_BATCH, decode, split_append, split_batch
 from raft_queue.core.commands import (
-    TAG_APPEND,
-    TAG_BATCH,
     Ack,
     Append,
     Batch,
@@ -34,17 +33,14 @@ from raft_queue.core.commands import (
     ForgetDead,
     Lease,
     Nack,
-    PartitionConfig,
     Purge,
-    decode,
-    split_append,
-    split_batch,
 )
 from raft_queue.core.kv import KVTxn
 from raft_queue.core.records import StoredRecord, decode_value, stored_value, to_blob
 from raft_queue.core.results import (
     AppendItem,
     AppendResult,
+    History,
     LeaseResult,
     PartitionStats,
     ReadResult,
@@ -52,22 +48,15 @@ from raft_queue.core.results import (
     Result,
 )
 from raft_queue.core.state import (
-    DELIVERY,
     GROUPS,
     RECORDS,
     TABLES,
-    TIMERS,
-    Delivery,
-    Status,
     View,
     int_of,
-    load_config,
     load_counters,
-    pair_key,
     store_config,
     u64,
 )
-from raft_queue.core.wire import U64_MAX
 from raft_queue.errors import InvalidArgument
 
 
@@ -128,21 +117,16 @@ class PartitionMachine:
         return ReadResult(tuple(records), next_offset, c.earliest, c.next_offset)
 
     def stats(self, txn: KVTxn, now_ms: int) -> PartitionStats:
-        """Counters as of ``now_ms`` (leases and waits already due count as
-        ended; records the cursor has not reached count as messages, not
-        delayed, even if their delay has not passed)."""
-        c = load_counters(txn)
-        ended, waited, died = _due_timers(txn, load_config(txn), now_ms)
-        dead = c.dead + died
-        return PartitionStats(
-            earliest_offset=c.earliest,
-            latest_offset=c.next_offset,
-            messages=c.next_offset - c.earliest - c.done - dead,
-            in_flight=c.leased - ended,
-            delayed=c.waiting - waited,
-            dead=dead,
-            bytes=c.stored_bytes,
-        )
+        """O(1) counters as of ``now_ms`` (see ``queries.stats``)."""
+        return queries.stats(txn, now_ms)
+
+    def history(self, txn: KVTxn, offset: int) -> History | None:
+        """A record's state and recent leases (see ``queries.history``)."""
+        return queries.history(txn, offset)
+
+    def next_due_ms(self, txn: KVTxn) -> int | None:
+        """When a long poll should look again (see ``queries.next_due_ms``)."""
+        return queries.next_due_ms(txn)
 
     def offsets(self, txn: KVTxn) -> dict[str, int]:
         """Committed consumer-group offsets."""
@@ -170,22 +154,6 @@ def _apply_bytes(view: View, data: bytes, nested: bool) -> Result:
     if isinstance(cmd, Batch):
         raise InvalidArgument("command", "nested Batch")
     return _HANDLERS[type(cmd)](view, cmd)
-
-
-def _due_timers(txn: KVTxn, cfg: PartitionConfig, now_ms: int) -> tuple[int, int, int]:
-    """Timers due by ``now_ms`` that no command has processed yet: (leases
-    ended, waits ended, leases ended that kill their record)."""
-    ended = waited = died = 0
-    stop = None if now_ms >= U64_MAX else pair_key(now_ms + 1, 0)
-    for key, status in txn.scan(TIMERS, b"", stop):
-        if status[0] != Status.LEASED:
-            waited += 1
-            continue
-        ended += 1
-        raw = txn.get(DELIVERY, key[8:])
-        if cfg.max_receives and raw and Delivery.unpack(raw).receive_count >= cfg.max_receives:
-            died += 1
-    return ended, waited, died
 
 
 def _configure(view: View, cmd: Configure) -> None:
@@ -228,7 +196,7 @@ def _append_blobs(view: View, now_ms: int, records: list[tuple[bytes, bytes]]) -
 
 def _lease(view: View, cmd: Lease) -> LeaseResult:
     view.at(cmd.now_ms)
-    return LeaseResult(delivery.lease(view, cmd.max_records, cmd.visibility_ms))
+    return LeaseResult(delivery.lease(view, cmd.max_records, cmd.visibility_ms, cmd.consumer))
 
 
 def _ack(view: View, cmd: Ack) -> ReceiptsResult:

@@ -70,6 +70,23 @@ class PartitionStats:
     delayed: int  # waiting out a nack delay, or set aside by Lease for its delay
     dead: int  # dead, waiting for ForgetDead
     bytes: int  # stored size of the retained records (see records.stored_value)
+    oldest_timestamp_ms: int  # of the oldest retained record not finished (0: none)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseEvent:
+    time_ms: int  # leader's clock when leased
+    consumer: str  # Lease.consumer
+    deadline_ms: int  # deadline as granted
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """Where one record stands and its recent leases (GetHistory, DLQ headers)."""
+
+    state: str  # queued | in_flight | delayed | blocked | dead | done
+    receive_count: int
+    deliveries: tuple[LeaseEvent, ...]  # oldest first, the last HISTORY_LIMIT
 
 
 Result: TypeAlias = (

@@ -30,7 +30,8 @@ import struct
 from dataclasses import astuple, dataclass
 from typing import NamedTuple
 
-from raft_queue.core.commands import PartitionConfig, put_config, read_config
+from raft_queue.core.codec import put_config, read_config
+from raft_queue.core.commands import PartitionConfig
 from raft_queue.core.kv import KVTxn
 from raft_queue.core.wire import U64, Reader, put_uvarint
 
@@ -104,13 +105,47 @@ class Delivery(NamedTuple):
     epoch: int  # 0 until first leased
     receive_count: int
     at_ms: int  # LEASED: deadline; WAITING: visible-at; otherwise 0
+    history: bytes = b""  # the last HISTORY_LIMIT leases (``lease_event``s)
 
     def pack(self) -> bytes:
-        return _DELIVERY.pack(*self)
+        return _DELIVERY.pack(self.status, self.epoch, self.receive_count, self.at_ms) + (
+            self.history
+        )
 
     @classmethod
     def unpack(cls, value: bytes) -> Delivery:
-        return cls(*_DELIVERY.unpack(value))
+        status, epoch, receive_count, at_ms = _DELIVERY.unpack_from(value)
+        return cls(status, epoch, receive_count, at_ms, value[_DELIVERY.size :])
+
+    def leased(self, deadline_ms: int, event: bytes) -> Delivery:
+        """The next lease: epoch and receive count bumped, ``event`` recorded.
+        History rides in the delivery value, so it costs no extra put."""
+        history = self.history
+        if self.receive_count >= HISTORY_LIMIT:  # drop the oldest event
+            history = history[_EVENT.size + history[_EVENT.size - 1] :]
+        return Delivery(
+            Status.LEASED, self.epoch + 1, self.receive_count + 1, deadline_ms, history + event
+        )
+
+
+NEVER_LEASED = Delivery(0, 0, 0, 0)
+HISTORY_LIMIT = 16
+_EVENT = struct.Struct(">QQB")  # time_ms, deadline_ms, len(consumer); then consumer
+
+
+def lease_event(time_ms: int, consumer: str, deadline_ms: int) -> bytes:
+    raw = consumer.encode()
+    return _EVENT.pack(time_ms, deadline_ms, len(raw)) + raw
+
+
+def lease_events(history: bytes) -> list[tuple[int, str, int]]:
+    """(time_ms, consumer, deadline_ms) of each recorded lease, oldest first."""
+    events, pos = [], 0
+    while pos < len(history):
+        time_ms, deadline_ms, size = _EVENT.unpack_from(history, pos)
+        pos += _EVENT.size + size
+        events.append((time_ms, history[pos - size : pos].decode(), deadline_ms))
+    return events
 
 
 @dataclass(slots=True)

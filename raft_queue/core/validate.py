@@ -11,7 +11,8 @@ from typing import Any
 from raft_queue.core.wire import U32_MAX, U64_MAX
 from raft_queue.errors import InvalidArgument
 
-# Consumer group names are table keys as they are (LMDB allows 511 bytes).
+# Consumer group names are table keys as they are (LMDB allows 511 bytes);
+# consumer ids are kept in each record's delivery history.
 MAX_GROUP_BYTES = 255
 
 

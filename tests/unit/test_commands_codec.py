@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from raft_queue.core.codec import decode, encode
 from raft_queue.core.commands import (
     Ack,
     Append,
@@ -29,8 +30,6 @@ from raft_queue.core.commands import (
     PartitionConfig,
     Purge,
     ReceiptRef,
-    decode,
-    encode,
 )
 from raft_queue.errors import InvalidArgument
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from raft_queue.core.codec import decode, encode
 from raft_queue.core.commands import (
     Ack,
     Append,
@@ -27,8 +28,6 @@ from raft_queue.core.commands import (
     PartitionConfig,
     Purge,
     ReceiptRef,
-    decode,
-    encode,
 )
 from raft_queue.core.kv import KVTxn
 from raft_queue.core.partition import PartitionMachine
@@ -40,12 +39,15 @@ from raft_queue.core.results import (
     AppendItem,
     AppendResult,
     ExpireResult,
+    History,
     LeasedMessage,
+    LeaseEvent,
     LeaseResult,
     PartitionStats,
     ReadResult,
     ReceiptsResult,
 )
+from raft_queue.core.state import HISTORY_LIMIT
 from raft_queue.errors import InvalidArgument
 from raft_queue.storage import MemoryStore
 
@@ -104,6 +106,14 @@ class Partition:
     def digest(self) -> str:
         with self.store.begin() as txn:
             return self.machine.digest(txn)
+
+    def history(self, offset: int) -> History | None:
+        with self.store.begin() as txn:
+            return self.machine.history(txn, offset)
+
+    def next_due(self) -> int | None:
+        with self.store.begin() as txn:
+            return self.machine.next_due_ms(txn)
 
     def count(self, table: str) -> int:
         with self.store.begin() as txn:
@@ -234,13 +244,64 @@ def test_read_outside_the_retained_range_returns_nothing() -> None:
 def test_stats_count_messages_in_flight_delayed_and_stored_bytes() -> None:
     p = Partition()
     recs = [NewRecord(b"12345"), keyed("kk", b"1", headers=(("h", b"vv"),)), keyed("x"), keyed("y")]
-    p.append(0, *recs)
-    p.ack(0, p.lease(0, 1)[0])
-    p.lease(0, 1, visibility=100)
-    p.nack(0, 50, *p.lease(0, 1))
+    p.append(5, *recs[:2])
+    p.append(7, *recs[2:])
+    p.ack(7, p.lease(7, 1)[0])
+    p.lease(7, 1, visibility=100)
+    p.nack(7, 50, *p.lease(7, 1))
     stored = sum(len(stored_value(0, to_blob(r))) for r in recs)
-    assert p.stats(10) == PartitionStats(0, 4, 3, 1, 1, 0, stored)
-    assert p.stats(100).in_flight == 0 and p.stats(100).delayed == 0
+    assert p.stats(10) == PartitionStats(0, 4, 3, 1, 1, 0, stored, oldest_timestamp_ms=5)
+    assert p.stats(107).in_flight == 0 and p.stats(107).delayed == 0
+
+
+def test_oldest_timestamp_is_the_oldest_record_not_finished() -> None:
+    p = Partition(max_receives=1)
+    assert p.stats(0).oldest_timestamp_ms == 0
+    p.append(10, b"a")
+    p.append(20, b"b")
+    p.append(30, b"c")
+    assert p.stats(40).oldest_timestamp_ms == 10
+    a, b = p.lease(40, 2, visibility=5)
+    p.ack(41, b)
+    p.apply(Expire(45))  # a dies: dead records are not waiting to be consumed
+    assert p.stats(45).oldest_timestamp_ms == 30
+
+
+def test_history_lists_each_lease_with_its_consumer() -> None:
+    p = Partition()
+    p.append(0, b"a", b"b")
+    assert p.history(0) == History("queued", 0, ())
+    p.apply(Lease("first", 1, 10, 100))
+    p.apply(Lease("second", 1, 10, 110))
+    expected = (LeaseEvent(100, "first", 110), LeaseEvent(110, "second", 120))
+    assert p.history(0) == History("in_flight", 2, expected)
+    (m,) = p.lease(130, 1)
+    assert p.nack(131, 50, m) == [OK]
+    assert p.history(0).state == "delayed"
+    assert p.ack(132, m) == [OK]
+    assert p.history(0) == History("done", 0, ())
+    assert p.history(2) is None
+
+
+def test_history_keeps_the_last_leases_only() -> None:
+    p = Partition()
+    p.append(0, b"a")
+    for t in range(HISTORY_LIMIT + 3):
+        p.apply(Lease(f"c{t}", 1, 1, t))
+    hist = p.history(0)
+    assert hist is not None and hist.receive_count == HISTORY_LIMIT + 3
+    assert [e.consumer for e in hist.deliveries] == [f"c{t}" for t in range(3, HISTORY_LIMIT + 3)]
+
+
+def test_next_due_is_the_earliest_lease_end_wait_end_or_delay() -> None:
+    p = Partition(delay_ms=100)
+    assert p.next_due() is None
+    p.append(0, b"a")
+    assert p.next_due() == 100  # the queue delay of the record Lease will reach next
+    p.lease(100, 1, visibility=30)
+    assert p.next_due() == 130
+    p.append(110, b"b")
+    assert p.next_due() == 130
 
 
 def test_unconfigured_partition_uses_documented_defaults() -> None:
@@ -616,7 +677,7 @@ def test_retention_zero_compacts_acked_records_from_the_front_only() -> None:
     assert p.stats(2).earliest_offset == 1
     p.ack(3, b)
     assert p.expire(4).removed == 2
-    assert p.stats(4) == PartitionStats(3, 3, 0, 0, 0, 0, 0)
+    assert p.stats(4) == PartitionStats(3, 3, 0, 0, 0, 0, 0, 0)
 
 
 def test_retention_bytes_trims_the_oldest_records() -> None:
@@ -633,7 +694,7 @@ def test_purge_drops_everything_but_keeps_offsets_growing() -> None:
     msgs = p.lease(0, visibility=10)
     p.lease(10)  # 0 and 2 die, 1 becomes head
     assert p.apply(Purge(11)) == 4
-    assert p.stats(11) == PartitionStats(4, 4, 0, 0, 0, 0, 0)
+    assert p.stats(11) == PartitionStats(4, 4, 0, 0, 0, 0, 0, 0)
     assert p.ack(11, *msgs) == [NOT_FOUND] * len(msgs)
     assert p.expire(11).dead == ()
     for table in ("delivery", "timers", "ready", "blocked", "fifo", "dead"):

@@ -23,6 +23,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from raft_queue.core.codec import encode
 from raft_queue.core.commands import (
     Ack,
     Append,
@@ -39,7 +40,6 @@ from raft_queue.core.commands import (
     PartitionConfig,
     Purge,
     ReceiptRef,
-    encode,
 )
 from raft_queue.core.partition import PartitionMachine
 from raft_queue.core.records import to_blob
@@ -50,6 +50,8 @@ from raft_queue.core.results import (
     AppendItem,
     AppendResult,
     ExpireResult,
+    History,
+    LeaseEvent,
     LeaseResult,
     ReceiptsResult,
 )
@@ -58,6 +60,7 @@ from raft_queue.core.state import (
     DEAD,
     DEDUP,
     DELIVERY,
+    HISTORY_LIMIT,
     READY,
     RECORDS,
     TIMERS,
@@ -81,6 +84,7 @@ class Rec:
     epoch: int = 0
     count: int = 0
     at: int = 0  # leased: deadline; waiting: visible-at
+    events: list[LeaseEvent] = field(default_factory=list)
 
     @property
     def size(self) -> int:
@@ -144,12 +148,15 @@ class Model:
             return (delay == 0 or now >= r.ts + delay) and self.is_head(r)
         return r.status == "ready" and self.is_head(r)
 
-    def lease(self, n: int, visibility: int, now: int) -> list[tuple[int, int, int, int]]:
+    def lease(
+        self, n: int, visibility: int, now: int, consumer: str
+    ) -> list[tuple[int, int, int, int]]:
         self.mature(now)
         chosen = [r for o, r in sorted(self.recs.items()) if self.visible(r, now)][:n]
         deadline = now + (visibility or self.cfg.visibility_timeout_ms)
         for r in chosen:
             r.status, r.epoch, r.count, r.at = "leased", r.epoch + 1, r.count + 1, deadline
+            r.events.append(LeaseEvent(now, consumer, deadline))
         return [(r.offset, r.epoch, r.count, deadline) for r in chosen]
 
     def settle(self, refs: tuple[ReceiptRef, ...], now: int, action: Any) -> tuple[str, ...]:
@@ -262,13 +269,17 @@ class PartitionModelTest(RuleBasedStateMachine):
             if seen and clock - seen[1] < self.model.cfg.dedup_window_ms:
                 assert item == AppendItem(seen[0], True)
 
-    @rule(n=st.integers(1, 4), visibility=st.sampled_from([0, 5, 20, 100]))
-    def lease(self, n: int, visibility: int) -> None:
+    @rule(
+        n=st.integers(1, 4),
+        visibility=st.sampled_from([0, 5, 20, 100]),
+        consumer=st.sampled_from(["alpha", "beta"]),
+    )
+    def lease(self, n: int, visibility: int, consumer: str) -> None:
         in_flight = {r.offset for r in self.model.in_flight(self.now)}
-        result = self.run(Lease("c", n, visibility, self.now))
+        result = self.run(Lease(consumer, n, visibility, self.now))
         assert isinstance(result, LeaseResult)
         got = [(m.record.offset, m.epoch, m.receive_count, m.deadline_ms) for m in result.messages]
-        assert got == self.model.lease(n, visibility, self.now)
+        assert got == self.model.lease(n, visibility, self.now, consumer)
         for m in result.messages:
             assert m.record.offset not in in_flight  # invisible until its deadline
             assert m.record.offset not in self.acked  # never redelivered once acked
@@ -400,6 +411,29 @@ class PartitionModelTest(RuleBasedStateMachine):
             DEAD: c.dead,
         }
         assert c.done == sum(1 for o in offsets if o < c.cursor and o not in states)
+
+    @invariant()
+    def history_and_oldest_timestamp_match_the_model(self) -> None:
+        m = self.model
+        names = {"leased": "in_flight", "waiting": "delayed", "ready": "queued", "dead": "dead"}
+        with self.replicas[0].begin() as txn:
+            stats = self.machine.stats(txn, self.now)
+            for o, r in m.recs.items():
+                hist = self.machine.history(txn, o)
+                assert hist is not None
+                if r.status in ("done", "forgotten"):
+                    assert hist == History("done", 0, ())
+                elif r.status == "new":
+                    assert (hist.state, hist.receive_count) in {
+                        ("queued", 0),
+                        ("blocked", 0),
+                        ("delayed", 0),
+                    }
+                else:
+                    events = tuple(r.events[-HISTORY_LIMIT:])
+                    assert hist == History(names[r.status], r.count, events)
+        unfinished = [r for _, r in sorted(m.recs.items()) if r.status not in FINISHED]
+        assert stats.oldest_timestamp_ms == (unfinished[0].ts if unfinished else 0)
 
     @invariant()
     def fifo_keeps_one_in_flight_per_key(self) -> None:
