@@ -40,6 +40,7 @@ from raft_queue.client.partitioner import RoundRobin
 from raft_queue.client.redrive import RedriveProgress, redrive
 from raft_queue.client.retry import Backoff, Retrier
 from raft_queue.client.routing import AnyNode, Router
+from raft_queue.client.subscription import Subscription
 from raft_queue.errors import InvalidArgument, QueueError
 
 T = TypeVar("T")
@@ -290,6 +291,21 @@ class Client(Surface):
                 raise err from exc
 
         return self._retrier.run(attempt, idempotent=call.idempotent, extra_s=call.extra_s)
+
+    def subscribe(
+        self,
+        queue: str,
+        prefetch: int = 10,
+        visibility_ms: int | None = None,
+        consumer: str = "",
+        auto_grant: bool = True,
+    ) -> Subscription:
+        """Push delivery (server stream, credit-based): iterate the returned
+        Subscription; at most ``prefetch`` messages are unacked at a time when
+        you ack each before asking for the next (``auto_grant``), or grant
+        credit yourself with ``Subscription.grant``. See client/subscription.py."""
+        stub = self._router.queue_stub(self._router.any_address())
+        return Subscription(stub, queue, prefetch, visibility_ms, consumer, auto_grant)
 
     def redrive(
         self,
