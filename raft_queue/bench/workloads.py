@@ -22,16 +22,21 @@ import multiprocessing as mp
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from raft_queue.bench.cluster import (
+    bench_queue,
+    drop_queue,
+    replicas_per_node,
+    wait_leaders,
+    wait_replicas_gone,
+)
 from raft_queue.bench.measure import HDR, CpuWindow, cpu_pct_over, make_msg, percentiles_ms
 from raft_queue.client import Client
-from raft_queue.errors import NotFound, QueueError
-from raft_queue.testing.cluster import LocalCluster, free_block
+from raft_queue.errors import QueueError
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,52 +94,6 @@ class Result:
     workload: str
     metrics: dict[str, float]
     info: dict[str, Any] = field(default_factory=dict)
-
-
-# ---- queues ----------------------------------------------------------------------------
-
-
-def wait_leaders(client: Client, queue: str, timeout_s: float = 60.0) -> None:
-    """Until every partition of ``queue`` reports a leader (and the client caches them)."""
-    deadline = time.monotonic() + timeout_s
-    while not all(p.leader for p in client.partitions(queue)):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{queue}: partitions without a leader after {timeout_s}s")
-        time.sleep(0.1)
-
-
-def drop_queue(client: Client, queue: str) -> None:
-    with contextlib.suppress(NotFound):
-        client.delete_queue(queue)
-
-
-@contextlib.contextmanager
-def bench_queue(client: Client, name: str, partitions: int, durability: str) -> Iterator[str]:
-    """A fresh, empty queue (replication 3) for one workload; deleted afterwards."""
-    drop_queue(client, name)
-    client.create_queue(name, partitions=partitions, replication_factor=3, durability=durability)
-    wait_leaders(client, name)
-    try:
-        yield name
-    finally:
-        drop_queue(client, name)
-
-
-def local_cluster(base_dir: Path, nodes: int = 3, ports_per_node: int = 400) -> LocalCluster:
-    """A LocalCluster whose nodes get ``ports_per_node`` partition ports each (one per
-    replica), in one block so nodes never share a port. LocalCluster's default (100 per
-    node, blocks chosen independently) cannot host the 256-replica idle test."""
-    cluster = LocalCluster(base_dir, nodes=nodes)
-    start = free_block(nodes * ports_per_node)
-    cluster.specs = [
-        dataclasses.replace(
-            s,
-            raft_port_min=start + i * ports_per_node,
-            raft_port_max=start + (i + 1) * ports_per_node - 1,
-        )
-        for i, s in enumerate(cluster.specs)
-    ]
-    return cluster
 
 
 # ---- publishing --------------------------------------------------------------------------
@@ -247,7 +206,7 @@ def drain(client: Client, queue: str, n: int, p: Params) -> dict[str, Any]:
     returned, i.e. when the queue is empty, not merely delivered.
     """
     seen = bytearray(n)
-    got = dups = failed = empty = 0
+    got = dups = failed = empty = receives = 0
     pending: collections.deque[Any] = collections.deque()
     deadline = time.monotonic() + p.w3_max_secs
     with ThreadPoolExecutor(1) as acker:
@@ -255,6 +214,7 @@ def drain(client: Client, queue: str, n: int, p: Params) -> dict[str, Any]:
         while got < n and empty < 5 and time.monotonic() < deadline:
             batch = client.receive(queue, max_messages=p.w3_receive, wait_ms=1000)
             empty = 0 if batch else empty + 1
+            receives += 1
             if batch:
                 pending.append(acker.submit(client.ack, queue, batch))
             while len(pending) > 2:
@@ -269,7 +229,8 @@ def drain(client: Client, queue: str, n: int, p: Params) -> dict[str, Any]:
         while pending:
             failed += sum(not r.ok for r in pending.popleft().result())
         secs = time.perf_counter() - t0
-    return {"got": got, "dups": dups, "ack_failed": failed, "secs": secs, "complete": got == n}
+    done = {"got": got, "dups": dups, "ack_failed": failed, "secs": secs, "complete": got == n}
+    return {**done, "avg_receive": round(got / max(1, receives), 1)}
 
 
 def w4(t: Target, p: Params) -> Result:
@@ -397,6 +358,7 @@ def idle(t: Target, p: Params) -> Result:
             for name in made:
                 with contextlib.suppress(QueueError):
                     drop_queue(admin, name)
+            info["teardown_s"] = wait_replicas_gone(admin, set(made))
     return Result("idle", metrics, info)
 
 
@@ -415,11 +377,6 @@ def _idle_step(
     per_node = cpu_pct_over(pids, p.idle_secs)
     hosted = replicas_per_node(admin)
     return {"per_node_pct": per_node, "hosted": hosted, "settled": settled, "create_s": create_s}
-
-
-def replicas_per_node(client: Client) -> dict[str, int]:
-    """Partition replicas each node reports hosting (to check the idle set-up)."""
-    return dict(collections.Counter(r.node for r in client.cluster_status().replicas))
 
 
 WORKLOADS: dict[str, Callable[[Target, Params], Result]] = {

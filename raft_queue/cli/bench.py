@@ -18,7 +18,9 @@ import math
 import os
 import platform
 import shutil
+import signal
 import statistics
+import sys
 import tempfile
 import time
 import traceback
@@ -29,8 +31,9 @@ from typing import Any
 
 import click
 
+from raft_queue.bench.cluster import local_cluster, wait_healthy
 from raft_queue.bench.measure import loadavg, wait_quiet
-from raft_queue.bench.workloads import WORKLOADS, Params, Result, Target, local_cluster
+from raft_queue.bench.workloads import WORKLOADS, Params, Result, Target
 from raft_queue.cli.output import json_option, print_json, print_line, print_table
 from raft_queue.client import Client
 
@@ -112,6 +115,8 @@ def bench(
 ) -> None:
     """Benchmark W1-W4 and idle CPU; print medians (min..max) beside the targets."""
     names = _parse_workloads(workloads)
+    # SIGTERM unwinds like Ctrl-C, so the cluster this command started is stopped.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     params = Params(partitions=partitions, inflight=inflight, durability=durability)
     if scale != 1.0:
         params = params.scaled(scale)
@@ -123,8 +128,7 @@ def bench(
     with _target(bench_server, nodes) as (target, outcome):
         results = [
             _run_one(name, run, target, params, quiet_wait, quiet_pct)
-            for run in range(1, runs + 1)
-            for name in names
+            for run, name in _schedule(names, runs)
         ]
         outcome["failed"] = any("error" in r["info"] for r in results)
     env["loadavg_after"] = loadavg()
@@ -135,6 +139,13 @@ def bench(
         )
         return
     _print_report(rows, results, env, runs)
+
+
+def _schedule(names: list[str], runs: int) -> list[tuple[int, str]]:
+    """Run by run, so noise spreads over every workload; idle runs last, since creating
+    and deleting hundreds of groups leaves the cluster busy for a while after."""
+    busy = [(run, n) for run in range(1, runs + 1) for n in names if n != "idle"]
+    return busy + [(run, n) for run in range(1, runs + 1) for n in names if n == "idle"]
 
 
 def _parse_workloads(spec: str) -> list[str]:
@@ -178,6 +189,7 @@ def _run_one(
     name: str, run: int, target: Target, params: Params, quiet_wait: float, quiet_pct: float
 ) -> dict[str, Any]:
     """One workload run as a JSON-able dict; an exception is recorded, not raised."""
+    healthy_wait_s = wait_healthy(target.client)
     background = wait_quiet(quiet_wait, quiet_pct) if quiet_wait > 0 else None
     seen = "not checked" if background is None else f"{background:.0f}% of a core"
     click.echo(f"run {run} {name} (background CPU {seen}) ...", err=True)
@@ -189,7 +201,8 @@ def _run_one(
             traceback.print_exc()
         result = Result(name, {}, {"error": f"{type(exc).__name__}: {exc}"})
     record = {"workload": name, "run": run, **asdict(result)}
-    record.update(background_pct=background, wall_s=round(time.monotonic() - t0, 1))
+    record.update(background_pct=background, healthy_wait_s=healthy_wait_s)
+    record["wall_s"] = round(time.monotonic() - t0, 1)
     click.echo(f"  {_brief(result)}", err=True)
     return record
 

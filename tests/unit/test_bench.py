@@ -15,8 +15,9 @@ import pytest
 from click.testing import CliRunner
 
 from raft_queue.bench import workloads as wl
+from raft_queue.bench.cluster import local_cluster
 from raft_queue.bench.peer_adapter import RaftQueueAdapter
-from raft_queue.cli.bench import summarize
+from raft_queue.cli.bench import _schedule, summarize
 from raft_queue.cli.main import main
 from raft_queue.testing.cluster import LocalCluster
 
@@ -42,7 +43,7 @@ TINY = wl.Params(
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     base = tmp_path_factory.mktemp("bench") / "cluster"
-    with wl.local_cluster(base, 3, ports_per_node=20) as c:  # stops the nodes on exit
+    with local_cluster(base, 3, ports_per_node=20) as c:  # stops the nodes on exit
         c.start()
         c.wait_ready(60)
         yield c
@@ -151,3 +152,8 @@ def test_summary_is_median_and_range_with_targets_judged_on_the_median() -> None
 def test_scaled_params_keep_workable_floors() -> None:
     tiny = wl.Params().scaled(0.0001)
     assert tiny.w3_msgs == 1000 and tiny.w4_secs == 2.0 and min(tiny.idle_replicas) >= 1
+
+
+def test_runs_interleave_workloads_and_leave_idle_for_last() -> None:
+    order = _schedule(["W1", "idle", "W2"], 2)
+    assert order == [(1, "W1"), (1, "W2"), (2, "W1"), (2, "W2"), (1, "idle"), (2, "idle")]
