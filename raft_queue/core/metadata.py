@@ -157,11 +157,77 @@ class SetAssignment:
     uid: int = 0
 
 
-MetaCommand = RegisterNode | SetNodeState | CreateQueue | UpdateQueue | DeleteQueue | SetAssignment
+@dataclass(frozen=True, slots=True)
+class Move:
+    """A replica move in flight (a Kafka "reassignment in progress"): the
+    replica on ``from_node`` is being replaced by ``to``. Phases: ``adding``
+    (``to`` starts and joins the group), ``removing`` (past the point of no
+    return: ``from_node`` leaves), ``cancelling`` (``to`` leaves again).
+    Recorded in the log so a new metadata leader resumes or cancels it.
+    """
+
+    queue: str
+    uid: int
+    partition: int
+    from_node: str
+    to: ReplicaRef
+    phase: str = "adding"
+    started_ms: int = 0
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.queue, self.partition)
+
+
+MOVE_PHASES = ("adding", "removing", "cancelling")
+
+
+@dataclass(frozen=True, slots=True)
+class StartMove:
+    """Record a move (checked like ``planner.validate_move``); one per partition."""
+
+    queue: str
+    partition: int
+    from_node: str
+    to_node: str
+    to_port: int
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SetMovePhase:
+    """``adding`` -> ``removing`` or ``cancelling``; repeating a phase is a no-op."""
+
+    queue: str
+    partition: int
+    phase: str
+
+
+@dataclass(frozen=True, slots=True)
+class FinishMove:
+    """A ``removing`` move is done: ``to`` replaces ``from_node`` in place, epoch + 1."""
+
+    queue: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class DropMove:
+    """Forget a move that is not ``removing`` (cancelled): the assignment is as before."""
+
+    queue: str
+    partition: int
+
+
+MetaCommand = (
+    RegisterNode | SetNodeState | CreateQueue | UpdateQueue | DeleteQueue | SetAssignment
+    | StartMove | SetMovePhase | FinishMove | DropMove
+)  # fmt: skip
 _COMMANDS: dict[str, type[Any]] = {
     cls.__name__: cls
-    for cls in (RegisterNode, SetNodeState, CreateQueue, UpdateQueue, DeleteQueue, SetAssignment)
-}
+    for cls in (RegisterNode, SetNodeState, CreateQueue, UpdateQueue, DeleteQueue, SetAssignment,
+                StartMove, SetMovePhase, FinishMove, DropMove)
+}  # fmt: skip
 
 
 def encode_meta(cmd: MetaCommand) -> bytes:
@@ -231,6 +297,7 @@ class MetadataMachine:
         self._nodes: dict[str, NodeInfo] = {}
         self._queues: dict[str, QueueRecord] = {}
         self._assignments: dict[str, tuple[PartitionAssignment, ...]] = {}
+        self._moves: dict[tuple[str, int], Move] = {}
         self._next_uid = 1
         self.version = 0
 
@@ -253,6 +320,13 @@ class MetadataMachine:
     def all_assignments(self) -> list[PartitionAssignment]:
         """Every partition of every queue (placement's view of node load)."""
         return [a for name in sorted(self._assignments) for a in self._assignments[name]]
+
+    def moves(self) -> list[Move]:
+        """Moves in flight, by queue then partition."""
+        return [self._moves[k] for k in sorted(self._moves)]
+
+    def move(self, queue: str, partition: int) -> Move | None:
+        return self._moves.get((queue, partition))
 
     def replicas_on(self, node_id: str) -> list[LocalReplica]:
         """The replicas ``node_id`` must host, by queue then partition."""
@@ -303,7 +377,8 @@ class MetadataMachine:
         old = self._node(cmd.node_id)
         if cmd.state not in NODE_STATES:
             raise errors.InvalidArgument("state", f"{cmd.state!r} not one of {NODE_STATES}")
-        if cmd.state == "removed" and self.replicas_on(cmd.node_id):
+        targets = [m for m in self._moves.values() if m.to.node_id == cmd.node_id]
+        if cmd.state == "removed" and (self.replicas_on(cmd.node_id) or targets):
             raise errors.FailedPrecondition(f"node {cmd.node_id} still hosts replicas")
         if old.state == cmd.state:
             return old
@@ -352,6 +427,7 @@ class MetadataMachine:
         record = self._queue(cmd.name)
         del self._queues[cmd.name]
         del self._assignments[cmd.name]
+        self._moves = {k: m for k, m in self._moves.items() if m.queue != cmd.name}
         self._changed()
         return record
 
@@ -363,6 +439,10 @@ class MetadataMachine:
         if not 0 <= cmd.partition < len(current):
             raise errors.InvalidArgument("partition", f"{cmd.partition} out of range")
         old = current[cmd.partition]
+        if (cmd.queue, cmd.partition) in self._moves:
+            raise errors.FailedPrecondition(
+                f"partition: {cmd.queue}/{cmd.partition} has a move in flight; wait or cancel it"
+            )
         if cmd.epoch <= old.epoch:
             raise errors.FailedPrecondition(f"stale epoch {cmd.epoch} <= {old.epoch}")
         others = self._used_ports() - {(r.node_id, r.raft_port) for r in old.replicas}
@@ -373,7 +453,77 @@ class MetadataMachine:
         self._changed()
         return new
 
+    def _apply_StartMove(self, cmd: StartMove) -> Move:
+        record = self._queue(cmd.queue)
+        old = self._partition(cmd.queue, cmd.partition)
+        if (cmd.queue, cmd.partition) in self._moves:
+            raise errors.FailedPrecondition(
+                f"partition: {cmd.queue}/{cmd.partition} has a move in flight; wait or cancel it"
+            )
+        if cmd.from_node not in old.node_ids:
+            raise errors.InvalidArgument("from_node", f"{cmd.from_node} holds no replica")
+        if cmd.to_node in old.node_ids:
+            raise errors.InvalidArgument("to_node", f"{cmd.to_node} already holds a replica")
+        target = self._node(cmd.to_node)
+        if target.state != "alive":
+            raise errors.FailedPrecondition(f"to_node: {cmd.to_node} is {target.state}, not alive")
+        to = ReplicaRef(cmd.to_node, cmd.to_port)
+        self._check_replicas((to,), self._used_ports())
+        move = Move(cmd.queue, record.uid, cmd.partition, cmd.from_node, to, "adding", cmd.now_ms)
+        self._moves[move.key] = move
+        self._changed()
+        return move
+
+    def _apply_SetMovePhase(self, cmd: SetMovePhase) -> Move:
+        move = self._move(cmd.queue, cmd.partition)
+        if cmd.phase not in MOVE_PHASES:
+            raise errors.InvalidArgument("phase", f"{cmd.phase!r} not one of {MOVE_PHASES}")
+        if move.phase == cmd.phase:
+            return move
+        if move.phase != "adding":
+            raise errors.FailedPrecondition(
+                f"move of {cmd.queue}/{cmd.partition} is {move.phase}; it cannot become {cmd.phase}"
+            )
+        new = replace(move, phase=cmd.phase)
+        self._moves[move.key] = new
+        self._changed()
+        return new
+
+    def _apply_FinishMove(self, cmd: FinishMove) -> PartitionAssignment:
+        move = self._move(cmd.queue, cmd.partition)
+        if move.phase != "removing":
+            raise errors.FailedPrecondition(f"move of {cmd.queue}/{cmd.partition} is {move.phase}")
+        old = self._partition(cmd.queue, cmd.partition)
+        replicas = tuple(move.to if r.node_id == move.from_node else r for r in old.replicas)
+        new = PartitionAssignment(cmd.partition, replicas, old.epoch + 1)
+        current = self._assignments[cmd.queue]
+        self._assignments[cmd.queue] = (*current[: cmd.partition], new,
+                                        *current[cmd.partition + 1 :])  # fmt: skip
+        del self._moves[move.key]
+        self._changed()
+        return new
+
+    def _apply_DropMove(self, cmd: DropMove) -> Move:
+        move = self._move(cmd.queue, cmd.partition)
+        if move.phase == "removing":
+            raise errors.FailedPrecondition(f"move of {cmd.queue}/{cmd.partition} is removing")
+        del self._moves[move.key]
+        self._changed()
+        return move
+
     # -- checks --
+    def _move(self, queue: str, partition: int) -> Move:
+        move = self._moves.get((queue, partition))
+        if move is None:
+            raise errors.NotFound(f"no move in flight for {queue}/{partition}")
+        return move
+
+    def _partition(self, queue: str, partition: int) -> PartitionAssignment:
+        current = self._assignments.get(queue, ())
+        if not 0 <= partition < len(current):
+            raise errors.InvalidArgument("partition", f"{partition} out of range")
+        return current[partition]
+
     def _node(self, node_id: str) -> NodeInfo:
         node = self._nodes.get(node_id)
         if node is None:
@@ -394,7 +544,8 @@ class MetadataMachine:
             raise errors.InvalidArgument("dead_letter_queue", f"queue {dlq!r} does not exist")
 
     def _used_ports(self) -> set[tuple[str, int]]:
-        return {(r.node_id, r.raft_port) for a in self.all_assignments() for r in a.replicas}
+        used = {(r.node_id, r.raft_port) for a in self.all_assignments() for r in a.replicas}
+        return used | {(m.to.node_id, m.to.raft_port) for m in self._moves.values()}
 
     def _check_replicas(self, replicas: tuple[ReplicaRef, ...], used: set[tuple[str, int]]) -> None:
         """Known nodes, one replica per node, ports in range and free, else the
@@ -423,6 +574,7 @@ class MetadataMachine:
                  "spec": q.spec.to_dict(), "assignments": _plain(self._assignments[q.name])}
                 for q in self.queues()
             ],
+            "moves": [_plain_move(m) for m in self.moves()],
         })  # fmt: skip
 
     @classmethod
@@ -438,9 +590,16 @@ class MetadataMachine:
                 spec = QueueSpec.from_dict(q["spec"])
                 machine._queues[q["name"]] = QueueRecord(q["name"], spec, q["uid"], q["created_ms"])
                 machine._assignments[q["name"]] = _typed("assignments", q["assignments"])
+            for m in obj.get("moves", ()):
+                move = Move(**{**m, "to": ReplicaRef(*m["to"])})
+                machine._moves[move.key] = move
         except (ValueError, KeyError, TypeError, errors.InvalidArgument) as exc:
             raise errors.Internal(f"bad metadata snapshot: {exc!r}") from exc
         return machine
+
+
+def _plain_move(move: Move) -> dict[str, Any]:
+    return {name: _plain(getattr(move, name)) for name in move.__dataclass_fields__}
 
 
 def _port_of(assignment: PartitionAssignment, node_id: str) -> int:
