@@ -42,6 +42,7 @@ from raft_queue.core.state import (
     pair_key,
     table_key,
     u64,
+    unpack_pair,
 )
 from raft_queue.core.wire import U64_MAX
 
@@ -55,15 +56,23 @@ def later(now: int, ms: int) -> int:
 
 
 def mature(view: View) -> None:
-    """End every timer due at ``view.now``: an expired lease makes the record
-    READY, or DEAD once it has used ``max_receives`` leases; a wait ends READY."""
-    stop = None if view.now >= U64_MAX else pair_key(view.now + 1, 0)
+    """End every timer due: an expired lease (deadline <= ``now``) makes the
+    record READY, or DEAD once it has used ``max_receives`` leases; a wait
+    (visible-at <= ``clock``) ends READY.
+
+    Waits and delays are measured on ``clock``, which never goes back: a
+    record that became visible stays visible when a new leader's clock lags,
+    whether or not a Lease had already set it aside. Leases use ``now``.
+    """
+    clock = view.c.clock
+    stop = None if clock >= U64_MAX else pair_key(clock + 1, 0)
     for key, status in list(view.txn.scan(TIMERS, b"", stop)):
-        offset = int_of(key[8:])
+        at_ms, offset = unpack_pair(key)
+        leased = status[0] == Status.LEASED
         old = view.delivery(offset)
-        if old is None:
+        if old is None or (leased and at_ms > view.now):
             continue
-        if status[0] == Status.LEASED and _exhausted(view, old):
+        if leased and _exhausted(view, old):
             kill(view, offset, old)
         else:
             view.set_delivery(offset, old._replace(status=Status.READY, at_ms=0), old)
@@ -154,7 +163,7 @@ def _lease_from_cursor(
         else:
             delay = max(rec.delay_ms, queue_delay)
             visible_at = rec.timestamp_ms + delay
-            if delay and visible_at > view.now:
+            if delay and visible_at > c.clock:
                 if rec.delay_ms <= queue_delay:
                     return
                 view.set_delivery(offset, Delivery(Status.WAITING, 0, 0, visible_at), None)
@@ -197,7 +206,7 @@ def _promote(view: View, offset: int) -> None:
     rec = head(value)
     delay = max(rec.delay_ms, view.cfg.delay_ms)
     visible_at = rec.timestamp_ms + delay
-    if delay and visible_at > view.now:
+    if delay and visible_at > view.c.clock:
         new = old._replace(status=Status.WAITING, at_ms=visible_at)
     else:
         new = old._replace(status=Status.READY, at_ms=0)

@@ -112,10 +112,11 @@ class Model:
         return "ready" if r.status == "waiting" and r.at <= now else r.status
 
     def mature(self, now: int) -> None:
-        """Every command but Append and CommitOffset first runs the due timers."""
+        """Every command but Append and CommitOffset first runs the due timers:
+        leases end by ``now``, waits by ``clock`` (which never goes back)."""
         self.clock = max(self.clock, now)
         for r in self.recs.values():
-            r.status = self.status_at(r, now)
+            r.status = self.status_at(r, self.clock if r.status == "waiting" else now)
 
     def append(self, recs: tuple[NewRecord, ...], now: int) -> AppendResult:
         ts = self.last_ts = max(now, self.last_ts)
@@ -142,17 +143,17 @@ class Model:
         ]
         return min(same) == r.offset
 
-    def visible(self, r: Rec, now: int) -> bool:
+    def visible(self, r: Rec) -> bool:
         if r.status == "new":
             delay = max(r.rec.delay_ms, self.cfg.delay_ms)
-            return (delay == 0 or now >= r.ts + delay) and self.is_head(r)
+            return (delay == 0 or self.clock >= r.ts + delay) and self.is_head(r)
         return r.status == "ready" and self.is_head(r)
 
     def lease(
         self, n: int, visibility: int, now: int, consumer: str
     ) -> list[tuple[int, int, int, int]]:
         self.mature(now)
-        chosen = [r for o, r in sorted(self.recs.items()) if self.visible(r, now)][:n]
+        chosen = [r for o, r in sorted(self.recs.items()) if self.visible(r)][:n]
         deadline = now + (visibility or self.cfg.visibility_timeout_ms)
         for r in chosen:
             r.status, r.epoch, r.count, r.at = "leased", r.epoch + 1, r.count + 1, deadline
