@@ -15,6 +15,7 @@ valid and the final phase completed; ``--out`` keeps history.jsonl and report.js
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import shutil
@@ -30,7 +31,14 @@ from chaos.checker import Report, check
 from chaos.cluster import ChaosCluster
 from chaos.history import History, Op
 from chaos.nemesis import FACTORIES, Context, Fault, Schedule
-from chaos.workload import Workload, WorkloadConfig, final_drain, final_reads
+from chaos.workload import (
+    DRAIN_VISIBILITY_MS,
+    Workload,
+    WorkloadConfig,
+    final_drain,
+    final_reads,
+    lease_and_read_checks,
+)
 from raft_queue.errors import QueueError
 
 # Acked records stay readable by offset for the whole run (with retention_ms 0 the
@@ -40,6 +48,9 @@ RETENTION_MS = 24 * 3600 * 1000
 
 @dataclass
 class CampaignConfig:
+    """One campaign. ``compaction_entries`` is the nodes' log_compaction_min_entries:
+    small, so replicas that fall behind catch up by snapshot (kill-during-snapshot)."""
+
     duration_s: float = 120.0
     seed: int = 0
     nodes: int = 3
@@ -47,6 +58,7 @@ class CampaignConfig:
     partitions: int = 3
     replication: int = 3
     durability: str = "fsync"
+    ordering: str = "none"
     nemeses: list[str] = field(default_factory=lambda: list(FACTORIES))
     warmup_s: float = 3.0
     quiet_s: float = 5.0
@@ -113,11 +125,13 @@ class Result:
     term_changes: dict[int, int]
     leader_changes: dict[int, int]
     final: dict[str, Any]
+    extra: dict[str, list[Any]] = field(default_factory=dict)  # lease_and_read_checks
+    replay: str = ""
 
     @property
     def ok(self) -> bool:
         f = self.final
-        return (
+        return not any(self.extra.values()) and (
             self.report.ok
             and f["drained"]
             and f["reads_complete"]
@@ -142,7 +156,10 @@ class Result:
             lines.append(f"  {fault.start_s:6.1f}s-{healed} {what}; {back}")
         lines.append("operations: " + _pairs(sorted(self.operations.items())))
         lines.append("checker: " + self.report.render().replace("\n", "\n  "))
-        lines.append("anomalies: " + _pairs(self.report.counts.items()))
+        counts = {**self.report.counts, **{k: len(v) for k, v in self.extra.items()}}
+        lines.append("anomalies: " + _pairs(counts.items()))
+        for name, found in self.extra.items():
+            lines += [f"  {name}: {json.dumps(e, default=str)}" for e in found[:3]]
         terms, leaders = self.term_changes, self.leader_changes
         lines.append(
             f"term changes: {sum(terms.values())} by partition {dict(sorted(terms.items()))}"
@@ -151,7 +168,7 @@ class Result:
             f"leader changes: {sum(leaders.values())} by partition {dict(sorted(leaders.items()))}"
         )
         lines.append("final phase: " + _pairs(self.final.items()))
-        lines.append(f"replay: {replay_command(self.duration_s, self.seed, self.nodes)}")
+        lines.append(f"replay: {self.replay}")
         return "\n".join(lines)
 
     def to_json(self) -> str:
@@ -163,8 +180,13 @@ def _pairs(items: Any) -> str:
     return ", ".join(f"{k} {v}" for k, v in items)
 
 
-def replay_command(duration_s: float, seed: int, nodes: int) -> str:
-    return f"python -m chaos.campaign --duration {duration_s:.0f} --seed {seed} --nodes {nodes}"
+def replay_command(config: CampaignConfig) -> str:
+    """The command line that replays ``config``'s schedule."""
+    cmd = f"python -m chaos.campaign --duration {config.duration_s:.0f} --seed {config.seed}"
+    cmd += f" --nodes {config.nodes}" + (" --fifo" if config.ordering == "fifo" else "")
+    if sorted(config.nemeses) != sorted(FACTORIES):
+        cmd += f" --nemesis {','.join(config.nemeses)}"
+    return cmd
 
 
 # ---- phases ---------------------------------------------------------------------------------
@@ -183,6 +205,7 @@ def create_queue(cluster: ChaosCluster, config: CampaignConfig) -> None:
                     visibility_timeout_ms=config.workload.visibility_ms,
                     retention_ms=RETENTION_MS,
                     durability=config.durability,
+                    ordering=config.ordering,
                 )
                 break
             except QueueError:
@@ -291,11 +314,13 @@ def count_operations(ops: list[Op]) -> dict[str, int]:
     return dict(Counter(f"{op['f']} {op['type']}" for op in ops if op["type"] != "invoke"))
 
 
-def run(config: CampaignConfig, log: Any = print) -> Result:
-    """One campaign; the cluster is always stopped, faults always healed."""
+def run(config: CampaignConfig, log: Any = None) -> Result:
+    """One campaign; the cluster is always stopped, faults always healed. ``log``
+    gets progress lines (default: printed and flushed at once)."""
+    log = log or functools.partial(print, flush=True)
     run_dir = config.out / f"seed-{config.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    replay = replay_command(config.duration_s, config.seed, config.nodes)
+    replay = replay_command(config)
     log(f"chaos seed: {config.seed} (replay: {replay}); output in {run_dir}")
     raft = {"log_compaction_min_entries": config.compaction_entries}
     cluster = ChaosCluster(run_dir / "cluster", config.nodes, seed=config.seed, raft=raft)
@@ -312,76 +337,57 @@ def run(config: CampaignConfig, log: Any = print) -> Result:
 def _run_in(cluster: ChaosCluster, config: CampaignConfig, run_dir: Path, log: Any) -> Result:
     cluster.start()
     create_queue(cluster, config)
-    t0 = time.monotonic()
+    t0 = time.monotonic()  # the history's clock starts here too
     history = History(run_dir / "history.jsonl")
-    clock = lambda: time.monotonic() - t0  # noqa: E731 (seconds on the history's clock)
     workload = Workload(history, cluster.client, config.workload, config.seed).start()
     with cluster.client(timeout_s=5.0, retries=1) as client:
         monitor = Monitor(client, config.workload.queue).start()
-        stop = threading.Event()
-        try:
-            stop.wait(config.warmup_s)
-            ctx = Context(
-                cluster,
-                client,
-                config.workload.queue,
-                random.Random(config.seed),
-                clock,
-                config.compaction_entries,
-                log,
-            )
-            faults = Schedule(
-                config.seed, config.nemeses, config.duration_s, config.fault_s, config.calm_s
-            ).run(ctx, stop)
-        finally:
-            cluster.recover()
-        log(f"[{clock():7.1f}s] every fault healed; quiet period {config.quiet_s:.0f} s")
-        stop.wait(config.quiet_s)
+        rng = random.Random(config.seed)
+        ctx = Context(cluster, client, config.workload.queue, rng, lambda: time.monotonic() - t0)
+        ctx.compaction_entries, ctx.log = config.compaction_entries, log
+        faults = _fault_phase(ctx, config)
         workload.stop()
         monitor.stop()
-    end_s = clock()
+    end_s = ctx.clock()
     final, digests = final_phase(cluster, history, config)
     final["workload_errors"] = workload.errors
     history.close()
     ops = history.ops
-    report = check(ops, replica_digests=digests, dedup=True)
+    report = check(ops, replica_digests=digests, dedup=True, fifo_keys=config.ordering == "fifo")
+    windows = {"receive": config.workload.visibility_ms, "drain": DRAIN_VISIBILITY_MS}
     return Result(
-        config.seed,
-        config.nodes,
-        config.duration_s,
-        faults,
-        recovery_times(ops, faults, config.partitions, end_s),
-        count_operations(ops),
-        report,
-        dict(monitor.term_changes),
-        dict(monitor.leader_changes),
-        final,
-    )
+        config.seed, config.nodes, config.duration_s, faults,
+        recovery_times(ops, faults, config.partitions, end_s), count_operations(ops), report,
+        dict(monitor.term_changes), dict(monitor.leader_changes), final,
+        lease_and_read_checks(ops, windows), replay_command(config),
+    )  # fmt: skip
+
+
+def _fault_phase(ctx: Context, config: CampaignConfig) -> list[Fault]:
+    """Warm up, play the schedule, heal everything (always), then a quiet period."""
+    stop = threading.Event()
+    try:
+        stop.wait(config.warmup_s)
+        schedule = Schedule(config.seed, config.nemeses, config.duration_s)
+        schedule.fault_s, schedule.calm_s = config.fault_s, config.calm_s
+        faults = schedule.run(ctx, stop)
+    finally:
+        ctx.cluster.recover()
+    ctx.log(f"[{ctx.clock():7.1f}s] every fault healed; quiet period {config.quiet_s:.0f} s")
+    stop.wait(config.quiet_s)
+    return faults
 
 
 def parse_args(argv: list[str] | None) -> CampaignConfig:
-    parser = argparse.ArgumentParser(
-        prog="python -m chaos.campaign", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--duration", type=float, default=180.0, help="seconds of faults")
-    parser.add_argument(
-        "--seed", type=int, default=None, help="replays a schedule (default: random, printed)"
-    )
-    parser.add_argument("--nodes", type=int, choices=(3, 5), default=3)
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=Path(".raftq/chaos"),
-        help="history, report (and data on failure)",
-    )
-    parser.add_argument(
-        "--nemesis",
-        default=",".join(FACTORIES),
-        help="comma-separated subset of: " + ", ".join(FACTORIES),
-    )
-    parser.add_argument(
-        "--keep-data", action="store_true", help="keep node data dirs even when valid"
-    )
+    parser = argparse.ArgumentParser("python -m chaos.campaign", description=__doc__.split("\n")[0])
+    add = parser.add_argument
+    add("--duration", type=float, default=180.0, help="seconds of faults (default 180)")
+    add("--seed", type=int, default=None, help="replays a schedule (default: random, printed)")
+    add("--nodes", type=int, choices=(3, 5), default=3)
+    add("--out", type=Path, default=Path(".raftq/chaos"), help="for history and report")
+    add("--nemesis", default=",".join(FACTORIES), help="subset of: " + ", ".join(FACTORIES))
+    add("--fifo", action="store_true", help="a FIFO queue; also checks per-key order")
+    add("--keep-data", action="store_true", help="keep node data even when valid")
     args = parser.parse_args(argv)
     names = [n for n in args.nemesis.split(",") if n]
     unknown = [n for n in names if n not in FACTORIES]
@@ -389,13 +395,9 @@ def parse_args(argv: list[str] | None) -> CampaignConfig:
         parser.error(f"unknown nemesis {unknown}; known: {', '.join(FACTORIES)}")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     return CampaignConfig(
-        duration_s=args.duration,
-        seed=seed,
-        nodes=args.nodes,
-        out=args.out,
-        nemeses=names,
-        keep_data=args.keep_data,
-    )
+        duration_s=args.duration, seed=seed, nodes=args.nodes, out=args.out, nemeses=names,
+        ordering="fifo" if args.fifo else "none", keep_data=args.keep_data,
+    )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

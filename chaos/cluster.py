@@ -26,7 +26,6 @@ from __future__ import annotations
 import http.client
 import itertools
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -390,19 +389,6 @@ class ChaosCluster:
             self.resume(i)
             self.start_node(i)
 
-    def log_tail(self, i: int, lines: int = 30) -> str:
-        path = self.local.log_path(i)
-        text = path.read_text(errors="replace") if path.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
 
 def _with_listen(link: Link, listen: str) -> Link:
     return Link(link.name, link.kind, link.src, link.dst, link.target, link.upstream, listen)
-
-
-def environment_seed(default: int | None = None) -> int:
-    """RAFTQ_CHAOS_SEED if set, else ``default``, else a random seed (always printed by callers)."""
-    raw = os.environ.get("RAFTQ_CHAOS_SEED")
-    if raw:
-        return int(raw)
-    return default if default is not None else int.from_bytes(os.urandom(4), "big")

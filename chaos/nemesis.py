@@ -96,6 +96,9 @@ class Nemesis:
 
 
 class IsolateLeader(Nemesis):
+    """A leader cut from every other node; clients still reach it (so it must step
+    down and refuse, not serve stale leases or reads)."""
+
     name = "isolate-leader"
 
     def inject(self, ctx: Context) -> str:
@@ -191,6 +194,8 @@ class Flapping(Nemesis):
 
 
 class Latency(Nemesis):
+    """Latency with jitter on every node-to-node link, or on one node's."""
+
     name = "latency"
 
     def inject(self, ctx: Context) -> str:
@@ -202,6 +207,8 @@ class Latency(Nemesis):
 
 
 class Bandwidth(Nemesis):
+    """A bandwidth limit on one node's links (slow replication, slow snapshots)."""
+
     name = "bandwidth"
 
     def inject(self, ctx: Context) -> str:
@@ -273,15 +280,14 @@ def commit_indexes(ctx: Context, node: int | None = None) -> dict[int, int]:
     return top
 
 
-def _poll(fetch: Callable[[], dict[int, int]], timeout_s: float) -> dict[int, int]:
-    """``fetch()`` until it returns something (the cluster may still be recovering)."""
+def _until(fetch: Callable[[], Any], timeout_s: float, step_s: float) -> Any:
+    """``fetch()`` until it returns something truthy or ``timeout_s`` passes; its last value."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    while True:
         found = fetch()
-        if found:
+        if found or time.monotonic() > deadline:
             return found
-        time.sleep(0.5)
-    return {}
+        time.sleep(step_s)
 
 
 @dataclass
@@ -298,7 +304,7 @@ class SnapshotKill(Nemesis):
         lead = set(leaders(ctx))
         followers = [i for i in ctx.nodes if i not in lead] or ctx.nodes
         self.victim = victim = ctx.rng.choice(followers)
-        before = _poll(lambda: commit_indexes(ctx, victim), 20.0)
+        before = _until(lambda: commit_indexes(ctx, victim), 20.0, 0.5)
         if not before:
             self.victim = -1
             return f"skipped: no status for n{victim + 1}'s partitions"
@@ -306,7 +312,8 @@ class SnapshotKill(Nemesis):
         grown = self._wait_growth(ctx, before, 2 * ctx.compaction_entries, 30.0)
         ctx.cluster.throttle([victim], ctx.rng.choice([8, 16, 32]))
         ctx.cluster.start_node(victim)
-        marker = self._wait_marker(ctx, 20.0)
+        data_dir = ctx.cluster.data_dir(victim)
+        marker = _until(lambda: snapshot_in_progress(data_dir), 20.0, 0.02)
         if marker:
             time.sleep(ctx.rng.uniform(0.0, 0.3))
         ctx.cluster.kill(victim)
@@ -329,16 +336,6 @@ class SnapshotKill(Nemesis):
                     break
             time.sleep(0.5)
         return grown
-
-    def _wait_marker(self, ctx: Context, timeout_s: float) -> str:
-        data_dir = ctx.cluster.data_dir(self.victim)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            found = snapshot_in_progress(data_dir)
-            if found:
-                return found
-            time.sleep(0.02)
-        return ""
 
     def heal(self, ctx: Context) -> None:
         ctx.cluster.heal()

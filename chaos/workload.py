@@ -21,11 +21,12 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from chaos.history import History, Process
+from chaos.history import History, Op, Process
 from raft_queue import errors
 
 # Errors after which the server cannot have applied the request (see errors.py):
@@ -42,6 +43,7 @@ DEFINITE: tuple[type[BaseException], ...] = (
 )
 
 ClientFactory = Callable[..., Any]
+DRAIN_VISIBILITY_MS = 60_000  # final-phase leases: long, the drain acks at once
 
 
 @dataclass(frozen=True)
@@ -283,7 +285,7 @@ def final_drain(
     last_seen = time.monotonic()
     total = 0
     while time.monotonic() < deadline:
-        got = receive_once(proc, client, queue, 100, 60_000, 500, f="drain")
+        got = receive_once(proc, client, queue, 100, DRAIN_VISIBILITY_MS, 500, f="drain")
         if got is None:  # an error is not an empty queue
             last_seen = time.monotonic()
             time.sleep(0.2)
@@ -318,3 +320,63 @@ def final_reads(
                 return total, False  # a gap the server will not read past: report it
             offset = page["next"]
     return total, True
+
+
+# ---- checks that rely on how this workload behaves -------------------------------------
+
+
+LEASE_MARGIN_NS = 300_000_000  # clock stamping slack when comparing lease windows
+
+
+def lease_and_read_checks(ops: list[Op], visibility_ms: dict[str, int]) -> dict[str, list[Any]]:
+    """Two checks chaos.checker leaves out, from invoke/complete times (one machine, one
+    clock):
+
+    - double_lease: a record delivered again before its previous lease could have
+      expired (the workload never nacks). A lease taken by a receive invoked at t ends no
+      earlier than t + visibility, so a later delivery completed before that is a second
+      concurrent lease (as a deposed leader granting leases would cause).
+    - stale_read: an offset read that missed a send acknowledged before the read was
+      invoked (its ``high`` <= that offset): reads at the leader must be linearizable.
+    """
+    invoked: dict[Any, int] = {}
+    acked: dict[Any, int] = {}  # partition -> highest acknowledged offset so far
+    seen_at_invoke: dict[Any, dict[Any, int]] = {}
+    leases: dict[tuple[Any, int], list[tuple[int, int, str, int]]] = defaultdict(list)
+    stale: list[Any] = []
+    for op in ops:
+        proc = op["process"]
+        if op["type"] == "invoke":
+            invoked[proc] = op["time_ns"]
+            seen_at_invoke[proc] = dict(acked)
+            continue
+        if op["type"] != "ok":
+            continue
+        if op["f"] == "send" and op.get("partition") is not None:
+            acked[op["partition"]] = max(acked.get(op["partition"], -1), op["offset"])
+        elif op["f"] in visibility_ms:
+            for r in op["value"] or []:
+                slot = (r["partition"], r["offset"])
+                leases[slot].append((invoked[proc], op["time_ns"], op["f"], op["index"]))
+        elif op["f"] == "read":
+            v, before = op["value"], seen_at_invoke.get(proc, {})
+            missed = before.get(v["partition"], -1)
+            if v.get("high") is not None and v["high"] <= missed:
+                stale.append(
+                    {"op": op["index"], **v, "records": len(v["records"]), "acked": missed}
+                )
+    return {"double_lease": _double_leases(leases, visibility_ms), "stale_read": stale}
+
+
+def _double_leases(
+    leases: dict[tuple[Any, int], list[tuple[int, int, str, int]]], visibility_ms: dict[str, int]
+) -> list[Any]:
+    found = []
+    for (part, offset), got in leases.items():
+        got.sort(key=lambda g: g[1])
+        for (inv1, _, f1, op1), (_, done2, _, op2) in zip(got, got[1:], strict=False):
+            if done2 < inv1 + visibility_ms[f1] * 1_000_000 - LEASE_MARGIN_NS:
+                found.append(
+                    {"partition": part, "offset": offset, "first_op": op1, "second_op": op2}
+                )
+    return found
