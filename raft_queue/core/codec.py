@@ -83,18 +83,22 @@ def _put_parts(buf: bytearray, parts: list[bytes]) -> None:
         buf += part
 
 
-def _read_parts(r: Reader, count: int) -> list[bytes]:
-    """``count`` u32-length-prefixed byte strings."""
-    data, pos, parts = r.data, r.pos, []
+def _parts_at(data: bytes, pos: int, count: int) -> tuple[list[bytes], int]:
+    """``count`` u32-length-prefixed byte strings from ``pos``; and the end."""
+    parts, size, unpack = [], len(data), _U32.unpack_from
     for _ in range(count):
-        if pos + 4 > len(data):
+        if pos + 4 > size:
             raise Malformed("truncated length")
-        end = pos + 4 + _U32.unpack_from(data, pos)[0]
-        if end > len(data):
+        end = pos + 4 + unpack(data, pos)[0]
+        if end > size:
             raise Malformed("truncated part")
         parts.append(data[pos + 4 : end])
         pos = end
-    r.pos = pos
+    return parts, pos
+
+
+def _read_parts(r: Reader, count: int) -> list[bytes]:
+    parts, r.pos = _parts_at(r.data, r.pos, count)
     return parts
 
 
@@ -244,10 +248,13 @@ def _decode(data: bytes, nested: bool) -> Command:
 def split_append(data: bytes) -> tuple[int, list[tuple[bytes, bytes]]]:
     """An encoded Append as (now_ms, [(record blob, dedup_id UTF-8), ...]), checked
     as ``decode`` would check it but without building NewRecords."""
-    reader = Reader(data, 1)
     try:
-        now_ms, blobs = _read_append(reader)
-        reader.end()
+        if len(data) < 1 + _U64_U32.size:
+            raise Malformed("truncated header")
+        now_ms, count = _U64_U32.unpack_from(data, 1)
+        blobs, end = _parts_at(data, 1 + _U64_U32.size, count)
+        if end != len(data):
+            raise Malformed(f"{len(data) - end} trailing bytes")
         return now_ms, [(blob, check_blob(blob)) for blob in blobs]
     except Malformed as exc:
         raise InvalidArgument("command", f"malformed Append: {exc}") from exc

@@ -149,7 +149,7 @@ def _apply_bytes(view: View, data: bytes, nested: bool) -> Result:
     if tag == TAG_APPEND:
         return _append_blobs(view, *split_append(data))
     if tag == TAG_BATCH and not nested:
-        return tuple(_apply_bytes(view, part, nested=True) for part in split_batch(data))
+        return tuple([_apply_bytes(view, part, nested=True) for part in split_batch(data)])
     cmd = decode(data)
     if isinstance(cmd, Batch):
         raise InvalidArgument("command", "nested Batch")

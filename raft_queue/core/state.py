@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from raft_queue.core.codec import put_config, read_config
@@ -167,7 +167,7 @@ class Counters:
     _FORMAT = struct.Struct(">11Q")
 
     def pack(self) -> bytes:
-        return self._FORMAT.pack(*astuple(self))
+        return self._FORMAT.pack(*[getattr(self, name) for name in self.__slots__])
 
     @classmethod
     def unpack(cls, value: bytes) -> Counters:

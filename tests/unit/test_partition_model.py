@@ -456,6 +456,6 @@ class PartitionModelTest(RuleBasedStateMachine):
 
 
 PartitionModelTest.TestCase.settings = settings(
-    max_examples=150, stateful_step_count=40, deadline=None, report_multiple_bugs=False
+    max_examples=100, stateful_step_count=40, deadline=None, report_multiple_bugs=False
 )
 test_partition_matches_model = PartitionModelTest.TestCase
