@@ -208,6 +208,11 @@ _CODECS: dict[int, tuple[type, _Enc, _Dec]] = {
 _TAGS: dict[type, tuple[int, _Enc]] = {cls: (tag, enc) for tag, (cls, enc, _) in _CODECS.items()}
 
 
+def tag_of(cls: type) -> int:
+    """The wire tag (first byte of an encoded entry) of command class ``cls``."""
+    return _TAGS[cls][0]
+
+
 def encode(cmd: Command) -> bytes:
     """The Raft entry for ``cmd``: tag byte, then its fields."""
     try:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from raft_queue.core import commands
+from raft_queue.core import codec, commands
 from raft_queue.core.partition import PartitionMachine
 from raft_queue.replication import snapshot
 from raft_queue.replication.group import ReplicatedGroup
@@ -46,10 +46,13 @@ _WAKING = (
 )
 
 
-def _may_wake(cmd: Any) -> bool:
-    if isinstance(cmd, commands.Batch):
-        return any(isinstance(sub, _WAKING) for sub in cmd.commands)
-    return isinstance(cmd, _WAKING)
+# By the entry's first byte, so the apply path never decodes just to decide.
+# A batch (many requests in one entry) conservatively wakes waiters.
+_WAKING_TAGS = frozenset(codec.tag_of(cls) for cls in (*_WAKING, commands.Batch))
+
+
+def _may_wake(data: bytes) -> bool:
+    return bool(data) and data[0] in _WAKING_TAGS
 
 
 class _Predicted(Exception):
@@ -118,17 +121,18 @@ class PartitionReplica(ReplicatedGroup):
     def apply_bytes(self, index: int, data: bytes) -> Any:
         if index <= self.store.last_applied():
             return None  # already in LMDB: journal replay after a restart
-        cmd = commands.decode(data)
 
         def run(txn: Any) -> Any:
-            result = self.machine.apply(txn, cmd)
+            # apply_encoded stores Append records as received (no re-encode):
+            # the replica hot path, about 2x cheaper than decode + apply.
+            result = self.machine.apply_encoded(txn, data)
             self.store.set_last_applied(txn, index)
             return result
 
         result = self.store.run_write(run)
         self.applied_entries += 1
         hook = self.on_wake
-        if hook is not None and _may_wake(cmd):
+        if hook is not None and _may_wake(data):
             try:
                 hook()
             except Exception:  # a wake-up is an optimisation: never fail the apply

@@ -293,7 +293,10 @@ def test_every_send_reports_the_durability_it_reached(client: Client, mode: str)
     else:
         assert {r.durability for r in results} == {mode}
     assert [r.offset for r in results] == list(range(5))
-    stored = client.read(name, 0, 0, max_messages=10, wait_ms=2000)
+    # "leader" acks before the entry is applied, so the last send may become
+    # readable a moment after its ack: wait for it (bounded).
+    wait_until(lambda: len(client.read(name, 0, 0, max_messages=10).messages) == 5)
+    stored = client.read(name, 0, 0, max_messages=10)
     assert [m.body for m in stored.messages] == [b"m%d" % i for i in range(5)]
 
 
