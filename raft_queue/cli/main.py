@@ -18,7 +18,7 @@ import click
 
 from raft_queue.cli.cluster import cluster
 from raft_queue.cli.messages import ack, history, nack, read, receive, send, tail
-from raft_queue.cli.partitions import partitions
+from raft_queue.cli.partitions import leaders, partitions
 from raft_queue.cli.queue import queue
 from raft_queue.client import Client
 from raft_queue.errors import QueueError
@@ -86,7 +86,8 @@ def main(ctx: click.Context, server: str, timeout_s: float) -> None:
     ctx.call_on_close(session.close)
 
 
-for _command in (cluster, queue, partitions, send, receive, ack, nack, read, tail, history):
+_COMMANDS = (cluster, queue, partitions, leaders, send, receive, ack, nack, read, tail, history)
+for _command in _COMMANDS:
     main.add_command(_command)
 
 

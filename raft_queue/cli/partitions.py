@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import click
 
-from raft_queue.cli.output import Column, json_option, print_json, print_objects
+from raft_queue._proto.raft_queue.v1 import admin_pb2
+from raft_queue.cli import operations as ops
+from raft_queue.cli.output import Column, json_option, print_json, print_line, print_objects
 
 if TYPE_CHECKING:
     from raft_queue.cli.main import Session
@@ -32,13 +35,109 @@ def partitions() -> None:
 
 
 @partitions.command("describe")
-@click.argument("queue")
+@click.argument("queue", required=False)
 @json_option
 @click.pass_obj
-def describe(session: Session, queue: str, as_json: bool) -> None:
-    """Leader, replicas and [earliest, latest) offsets of each partition of QUEUE."""
-    infos = session.client.partitions(queue)
+def describe(session: Session, queue: str | None, as_json: bool) -> None:
+    """Leader, replicas and [earliest, latest) offsets of each partition of
+    QUEUE (of every queue when QUEUE is left out)."""
+    names = [queue] if queue else [q.name for q in session.client.list_queues()]
+    infos = {name: session.client.partitions(name) for name in names}
     if as_json:
-        print_json(infos)
+        print_json(infos[queue] if queue else infos)
         return
-    print_objects(PARTITION_COLUMNS, infos, title=f"partitions of {queue}")
+    for name, parts in infos.items():
+        print_objects(PARTITION_COLUMNS, parts, title=f"partitions of {name}")
+
+
+@partitions.command("move")
+@click.argument("queue")
+@click.argument("partition", type=click.IntRange(min=0))
+@click.option("--from", "from_node", required=True, help="Node whose replica moves.")
+@click.option("--to", "to_node", required=True, help="Node that takes it (alive, holds none).")
+@click.option("--port", "to_port", type=click.IntRange(0, 65535), default=0,
+              help="Raft port on --to (default: its lowest free one).")  # fmt: skip
+@click.option("--wait/--no-wait", default=True, show_default=True, help="Until the move is done.")
+@click.option("--move-timeout", type=float, default=600.0, show_default=True)
+@json_option
+@click.pass_obj
+def move(session: Session, queue: str, partition: int, from_node: str, to_node: str,
+         to_port: int, wait: bool, move_timeout: float, as_json: bool) -> None:  # fmt: skip
+    """Replace PARTITION's replica on --from by a new one on --to (add, catch up, remove)."""
+    req = admin_pb2.MovePartitionRequest(queue=queue, partition=partition, from_node=from_node,
+                                         to_node=to_node, to_port=to_port)  # fmt: skip
+    info = ops.admin(session, "MovePartition", req)
+    started = time.monotonic()
+    if wait:
+        ops.wait_moved(session, queue, partition, move_timeout)
+    elapsed = time.monotonic() - started
+    if as_json:
+        print_json({**ops.message_json(info), "done": wait, "elapsed_s": round(elapsed, 3)})
+    elif wait:
+        print_line(f"moved {queue}/{partition} from {from_node} to {to_node} in {elapsed:.1f} s")
+    else:
+        print_objects(ops.MOVE_COLUMNS, [info], title="move started")
+
+
+@partitions.command("cancel")
+@click.argument("queue")
+@click.argument("partition", type=click.IntRange(min=0))
+@json_option
+@click.pass_obj
+def cancel(session: Session, queue: str, partition: int, as_json: bool) -> None:
+    """Cancel PARTITION's move (refused once it removes the old replica)."""
+    req = admin_pb2.CancelMoveRequest(queue=queue, partition=partition)
+    info = ops.admin(session, "CancelMove", req)
+    if as_json:
+        print_json(ops.message_json(info))
+    else:
+        print_line(f"cancelling the move of {queue}/{partition} to {info.to_node}")
+
+
+@partitions.command("status")
+@json_option
+@click.pass_obj
+def status(session: Session, as_json: bool) -> None:
+    """Moves in flight: phase, catch-up (new replica's log index / leader's), elapsed time."""
+    moves = ops.list_moves(session)
+    if as_json:
+        print_json([ops.message_json(m) for m in moves])
+        return
+    print_objects(ops.MOVE_COLUMNS, moves, title=f"moves in flight: {len(moves)}")
+
+
+@partitions.command("rebalance")
+@click.option("--dry-run/--execute", default=True, show_default=True,
+              help="Show the plan, or run it (moves one at a time).")  # fmt: skip
+@click.option("--max-moves", type=click.IntRange(min=0), default=0, help="0: no limit.")
+@click.option("--throttle", type=int, default=None, help="Not implemented (rejected).")
+@click.option("--move-timeout", type=float, default=600.0, show_default=True)
+@json_option
+@click.pass_obj
+def rebalance(session: Session, dry_run: bool, max_moves: int, throttle: int | None,
+              move_timeout: float, as_json: bool) -> None:  # fmt: skip
+    """Even out replicas and preferred leaders (core/planner.py plan_rebalance)."""
+    ops.reject_throttle(throttle)
+    plan = ops.get_plan(session, "rebalance", max_moves=max_moves)
+    if dry_run:
+        ops.show_plan(plan, as_json, "rebalance plan")
+        return
+    ops.report_executed(plan, ops.execute_plan(session, plan, move_timeout, as_json), as_json)
+
+
+@click.group()
+def leaders() -> None:
+    """Partition leadership."""
+
+
+@leaders.command("balance")
+@click.option("--dry-run/--execute", default=False, show_default=True)
+@json_option
+@click.pass_obj
+def balance(session: Session, dry_run: bool, as_json: bool) -> None:
+    """Even out preferred leaders by reordering replicas (plan_leaders; no data moves)."""
+    plan = ops.get_plan(session, "leaders")
+    if dry_run:
+        ops.show_plan(plan, as_json, "leader plan")
+        return
+    ops.report_executed(plan, ops.execute_plan(session, plan, 60.0, as_json), as_json)

@@ -16,35 +16,37 @@ from typing import Any
 from raft_queue._proto.raft_queue.v1 import admin_pb2, admin_pb2_grpc
 from raft_queue.core import metadata as meta
 from raft_queue.server.cluster import Cluster
+from raft_queue.server.liveness import Liveness
+from raft_queue.server.members import member_change
+from raft_queue.server.operations import Operations
 from raft_queue.server.queue_service import handled
 
 log = logging.getLogger(__name__)
 
 
 class AdminService(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, liveness: Liveness, operations: Operations) -> None:
         self.c = cluster
         self.node = cluster.node
-        self.last_seen: dict[str, float] = {}
+        self.liveness = liveness
+        self.ops = operations
 
     @handled
     async def ClusterStatus(self, request: Any, context: Any) -> Any:  # noqa: N802
         replicas, unreachable = await self.c.all_status(request.include_digests)
         leader = self.node.metadata_leader_id() or ""
-        now = time.monotonic()
         nodes = []
         for n in sorted(self.node.view.nodes().values(), key=lambda n: n.node_id):
-            seen = self.last_seen.get(n.node_id)
-            state = "unreachable" if n.node_id in unreachable else n.state
+            age = self.liveness.age_s(n.node_id)
             nodes.append(
                 admin_pb2.NodeInfo(
                     id=n.node_id,
                     address=n.address,
-                    state=state,
+                    state=n.state,  # as judged by the metadata leader; see unreachable
                     controller=n.controller,
                     metadata_leader=n.node_id == leader,
                     rack=n.rack,
-                    last_heartbeat_age_ms=int((now - seen) * 1000) if seen else 0,
+                    last_heartbeat_age_ms=int(age * 1000) if age is not None else 0,
                 )
             )
         return admin_pb2.ClusterStatusResponse(
@@ -65,9 +67,38 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
 
     @handled
     async def Heartbeat(self, request: Any, context: Any) -> Any:  # noqa: N802
-        self.last_seen[request.node] = time.monotonic()
+        self.liveness.beat(request.node)
         await register_if_needed(self.node, request)
         return admin_pb2.HeartbeatResponse(metadata_version=self.node.view.version)
+
+    # ---- operations (metadata leader) -------------------------------------------------
+    @handled
+    async def MovePartition(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return await self.ops.move(request)
+
+    @handled
+    async def CancelMove(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return await self.ops.cancel(request)
+
+    @handled
+    async def ListMoves(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return self.ops.list_moves()
+
+    @handled
+    async def TransferLeader(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return await self.ops.transfer_leader(request)
+
+    @handled
+    async def SetNodeState(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return await self.ops.set_node_state(request)
+
+    @handled
+    async def Plan(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return self.ops.plan(request)
+
+    @handled
+    async def MemberChange(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return await member_change(self.node, request)
 
 
 def heartbeat_request(node: Any) -> Any:

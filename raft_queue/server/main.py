@@ -25,7 +25,10 @@ from raft_queue._proto.raft_queue.v1 import admin_pb2, admin_pb2_grpc, queue_pb2
 from raft_queue.server.admin_service import AdminService, registration_loop
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.housekeeping import Housekeeper
+from raft_queue.server.liveness import Liveness
+from raft_queue.server.mover import Mover
 from raft_queue.server.node import Node
+from raft_queue.server.operations import Operations
 from raft_queue.server.peers import CHANNEL_OPTIONS, Peers
 from raft_queue.server.queue_service import QueueService
 
@@ -51,7 +54,10 @@ async def serve(config: config_mod.NodeConfig) -> None:
     server = grpc.aio.server(options=CHANNEL_OPTIONS)
     queue_service = QueueService(cluster)
     queue_pb2_grpc.add_QueueServiceServicer_to_server(queue_service, server)
-    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(cluster), server)
+    liveness = Liveness(node, config.cluster)
+    mover = Mover(cluster, config.cluster)
+    admin = AdminService(cluster, liveness, Operations(cluster, mover))
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(admin, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (
@@ -69,6 +75,8 @@ async def serve(config: config_mod.NodeConfig) -> None:
         asyncio.create_task(node.reconcile_forever()),
         asyncio.create_task(registration_loop(cluster, config.cluster.heartbeat_period_s)),
         asyncio.create_task(Housekeeper(cluster, queue_service.sender).run_forever()),
+        asyncio.create_task(liveness.run_forever()),
+        asyncio.create_task(mover.run_forever()),
     ]
     log.info("node %s serving gRPC on %s", node.id, node.address)
     print(f"raftq node {node.id} ready on {node.address}", flush=True)

@@ -196,10 +196,12 @@ class Node:
         """Hand leadership to each partition's preferred replica (the first),
         so leaders stay spread as placement intended, after failovers too.
         pysyncobj only transfers to a fully caught-up follower; we try at most
-        every PREFER_RETRY_S per partition, after PREFER_AFTER_S of stable lead."""
+        every PREFER_RETRY_S per partition, after PREFER_AFTER_S of stable lead.
+        A partition with a move in flight is left alone: the mover decides
+        who leads it until the move ends."""
         now = time.monotonic()
         for key, replica in list(self.replicas.items()):
-            if not replica.is_leader():
+            if not replica.is_leader() or self.view.move(key.queue, key.partition) is not None:
                 self._leader_since.pop(key, None)
                 continue
             since = self._leader_since.setdefault(key, now)
@@ -259,8 +261,17 @@ class Node:
                     n = nodes.get(r.node_id)
                     if n is not None:
                         addrs[r.node_id] = f"{n.raft_host}:{r.raft_port}"
-                if self.id in addrs and len(addrs) == len(a.replicas):
+                if len(addrs) != len(a.replicas):
+                    continue
+                move = self.view.move(q.name, a.partition)
+                if self.id in addrs:
                     me = addrs.pop(self.id)
+                    wanted[ReplicaKey(q.name, q.uid, a.partition)] = (me, list(addrs.values()))
+                elif move is not None and move.to.node_id == self.id:
+                    # The move's new replica: empty, the current members as peers;
+                    # kept while a cancel removes it from the group (until DropMove).
+                    host = nodes[self.id].raft_host if self.id in nodes else self.config.raft_host
+                    me = f"{host}:{move.to.raft_port}"
                     wanted[ReplicaKey(q.name, q.uid, a.partition)] = (me, list(addrs.values()))
         return wanted
 

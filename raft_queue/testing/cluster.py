@@ -76,6 +76,8 @@ class LocalCluster:
     nodes: int = 3
     base_port: int | None = None
     raft: dict[str, Any] = field(default_factory=dict)
+    # [cluster] section (ClusterTuning): e.g. small suspect/dead/repair times in tests
+    cluster_tuning: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     quiet: bool = True
     port_block: int = PORT_BLOCK  # raft ports per node for partition replicas
@@ -128,6 +130,8 @@ class LocalCluster:
                 "",
                 "[raft]",
                 *(f"{k} = {v!r}" for k, v in raft.items()),
+                *(["", "[cluster]"] if self.cluster_tuning else []),
+                *(f"{k} = {v!r}" for k, v in self.cluster_tuning.items()),
             ]
             s.config_path.write_text("\n".join(lines) + "\n")
 

@@ -129,3 +129,147 @@ class HeartbeatResponse(_message.Message):
     METADATA_VERSION_FIELD_NUMBER: _ClassVar[int]
     metadata_version: int
     def __init__(self, metadata_version: _Optional[int] = ...) -> None: ...
+
+class MoveInfo(_message.Message):
+    __slots__ = ("queue", "partition", "from_node", "to_node", "to_port", "phase", "started_ms", "match_index", "leader_index")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    FROM_NODE_FIELD_NUMBER: _ClassVar[int]
+    TO_NODE_FIELD_NUMBER: _ClassVar[int]
+    TO_PORT_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    MATCH_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LEADER_INDEX_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    partition: int
+    from_node: str
+    to_node: str
+    to_port: int
+    phase: str
+    started_ms: int
+    match_index: int
+    leader_index: int
+    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., from_node: _Optional[str] = ..., to_node: _Optional[str] = ..., to_port: _Optional[int] = ..., phase: _Optional[str] = ..., started_ms: _Optional[int] = ..., match_index: _Optional[int] = ..., leader_index: _Optional[int] = ...) -> None: ...
+
+class MovePartitionRequest(_message.Message):
+    __slots__ = ("queue", "partition", "from_node", "to_node", "to_port")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    FROM_NODE_FIELD_NUMBER: _ClassVar[int]
+    TO_NODE_FIELD_NUMBER: _ClassVar[int]
+    TO_PORT_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    partition: int
+    from_node: str
+    to_node: str
+    to_port: int
+    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., from_node: _Optional[str] = ..., to_node: _Optional[str] = ..., to_port: _Optional[int] = ...) -> None: ...
+
+class CancelMoveRequest(_message.Message):
+    __slots__ = ("queue", "partition")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    partition: int
+    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class ListMovesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListMovesResponse(_message.Message):
+    __slots__ = ("moves",)
+    MOVES_FIELD_NUMBER: _ClassVar[int]
+    moves: _containers.RepeatedCompositeFieldContainer[MoveInfo]
+    def __init__(self, moves: _Optional[_Iterable[_Union[MoveInfo, _Mapping]]] = ...) -> None: ...
+
+class TransferLeaderRequest(_message.Message):
+    __slots__ = ("queue", "partition", "to_node")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    TO_NODE_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    partition: int
+    to_node: str
+    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., to_node: _Optional[str] = ...) -> None: ...
+
+class TransferLeaderResponse(_message.Message):
+    __slots__ = ("epoch",)
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    def __init__(self, epoch: _Optional[int] = ...) -> None: ...
+
+class SetNodeStateRequest(_message.Message):
+    __slots__ = ("node", "state")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    state: str
+    def __init__(self, node: _Optional[str] = ..., state: _Optional[str] = ...) -> None: ...
+
+class PlanRequest(_message.Message):
+    __slots__ = ("kind", "node", "max_moves")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    MAX_MOVES_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    node: str
+    max_moves: int
+    def __init__(self, kind: _Optional[str] = ..., node: _Optional[str] = ..., max_moves: _Optional[int] = ...) -> None: ...
+
+class PlanStep(_message.Message):
+    __slots__ = ("kind", "queue", "partition", "from_node", "to_node", "to_port")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    FROM_NODE_FIELD_NUMBER: _ClassVar[int]
+    TO_NODE_FIELD_NUMBER: _ClassVar[int]
+    TO_PORT_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    queue: str
+    partition: int
+    from_node: str
+    to_node: str
+    to_port: int
+    def __init__(self, kind: _Optional[str] = ..., queue: _Optional[str] = ..., partition: _Optional[int] = ..., from_node: _Optional[str] = ..., to_node: _Optional[str] = ..., to_port: _Optional[int] = ...) -> None: ...
+
+class PlanResponse(_message.Message):
+    __slots__ = ("steps", "unplaced", "more")
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    UNPLACED_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    steps: _containers.RepeatedCompositeFieldContainer[PlanStep]
+    unplaced: _containers.RepeatedScalarFieldContainer[str]
+    more: bool
+    def __init__(self, steps: _Optional[_Iterable[_Union[PlanStep, _Mapping]]] = ..., unplaced: _Optional[_Iterable[str]] = ..., more: _Optional[bool] = ...) -> None: ...
+
+class MemberChangeRequest(_message.Message):
+    __slots__ = ("queue", "partition", "action", "address")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    partition: int
+    action: str
+    address: str
+    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., action: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
+
+class MemberChangeResponse(_message.Message):
+    __slots__ = ("is_leader", "members", "match_index", "leader_index", "connected", "caught_up", "leader")
+    IS_LEADER_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    MATCH_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LEADER_INDEX_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    CAUGHT_UP_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    is_leader: bool
+    members: _containers.RepeatedScalarFieldContainer[str]
+    match_index: int
+    leader_index: int
+    connected: bool
+    caught_up: bool
+    leader: str
+    def __init__(self, is_leader: _Optional[bool] = ..., members: _Optional[_Iterable[str]] = ..., match_index: _Optional[int] = ..., leader_index: _Optional[int] = ..., connected: _Optional[bool] = ..., caught_up: _Optional[bool] = ..., leader: _Optional[str] = ...) -> None: ...

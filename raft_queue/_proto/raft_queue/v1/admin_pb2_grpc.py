@@ -49,6 +49,41 @@ class AdminServiceStub:
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.HeartbeatRequest.SerializeToString,
                 response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.HeartbeatResponse.FromString,
                 _registered_method=True)
+        self.MovePartition = channel.unary_unary(
+                '/raft_queue.v1.AdminService/MovePartition',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MovePartitionRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MoveInfo.FromString,
+                _registered_method=True)
+        self.CancelMove = channel.unary_unary(
+                '/raft_queue.v1.AdminService/CancelMove',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.CancelMoveRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MoveInfo.FromString,
+                _registered_method=True)
+        self.ListMoves = channel.unary_unary(
+                '/raft_queue.v1.AdminService/ListMoves',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ListMovesRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ListMovesResponse.FromString,
+                _registered_method=True)
+        self.TransferLeader = channel.unary_unary(
+                '/raft_queue.v1.AdminService/TransferLeader',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.TransferLeaderRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.TransferLeaderResponse.FromString,
+                _registered_method=True)
+        self.SetNodeState = channel.unary_unary(
+                '/raft_queue.v1.AdminService/SetNodeState',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.SetNodeStateRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.NodeInfo.FromString,
+                _registered_method=True)
+        self.Plan = channel.unary_unary(
+                '/raft_queue.v1.AdminService/Plan',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PlanRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PlanResponse.FromString,
+                _registered_method=True)
+        self.MemberChange = channel.unary_unary(
+                '/raft_queue.v1.AdminService/MemberChange',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MemberChangeRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MemberChangeResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -74,6 +109,50 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MovePartition(self, request, context):
+        """Operations, on the metadata leader (another node answers NotLeader with its address).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelMove(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMoves(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TransferLeader(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetNodeState(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Plan(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MemberChange(self, request, context):
+        """Node to node: membership steps of a move, on the partition's Raft leader.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -91,6 +170,41 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.Heartbeat,
                     request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.HeartbeatRequest.FromString,
                     response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'MovePartition': grpc.unary_unary_rpc_method_handler(
+                    servicer.MovePartition,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MovePartitionRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MoveInfo.SerializeToString,
+            ),
+            'CancelMove': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelMove,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.CancelMoveRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MoveInfo.SerializeToString,
+            ),
+            'ListMoves': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMoves,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ListMovesRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ListMovesResponse.SerializeToString,
+            ),
+            'TransferLeader': grpc.unary_unary_rpc_method_handler(
+                    servicer.TransferLeader,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.TransferLeaderRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.TransferLeaderResponse.SerializeToString,
+            ),
+            'SetNodeState': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetNodeState,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.SetNodeStateRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.NodeInfo.SerializeToString,
+            ),
+            'Plan': grpc.unary_unary_rpc_method_handler(
+                    servicer.Plan,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PlanRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PlanResponse.SerializeToString,
+            ),
+            'MemberChange': grpc.unary_unary_rpc_method_handler(
+                    servicer.MemberChange,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MemberChangeRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MemberChangeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -174,6 +288,195 @@ class AdminService:
             '/raft_queue.v1.AdminService/Heartbeat',
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.HeartbeatRequest.SerializeToString,
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MovePartition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.AdminService/MovePartition',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MovePartitionRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MoveInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelMove(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.AdminService/CancelMove',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.CancelMoveRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MoveInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMoves(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.AdminService/ListMoves',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ListMovesRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ListMovesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TransferLeader(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.AdminService/TransferLeader',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.TransferLeaderRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.TransferLeaderResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetNodeState(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.AdminService/SetNodeState',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.SetNodeStateRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.NodeInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Plan(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.AdminService/Plan',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PlanRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PlanResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MemberChange(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.AdminService/MemberChange',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MemberChangeRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MemberChangeResponse.FromString,
             options,
             channel_credentials,
             insecure,
