@@ -16,15 +16,25 @@ from typing import Any
 from spark.offsets import Bounds, Layout, OffsetError, Offsets, Range, offset_for_time
 from spark.raftq.options import OptionError
 
-READ_TIMEOUT_S = 30.0
+# A Spark task is expensive to fail (local mode does not retry tasks at all), and every
+# call it makes is idempotent (reads; sends carry dedup ids): so ride out a leader
+# election of up to about a minute instead of the SDK's default ~3 s of retries.
+CALL_TIMEOUT_S = 60.0
+CALL_RETRIES = 40
+BACKOFF_MAX_S = 2.0
 
 
 @contextmanager
 def connect(bootstrap: str) -> Iterator[Any]:
     """A ``raft_queue.Client`` for the duration of a ``with`` block."""
-    from raft_queue.client import Client
+    from raft_queue.client import Backoff, Client
 
-    client = Client(bootstrap=bootstrap, timeout_s=READ_TIMEOUT_S)
+    client = Client(
+        bootstrap=bootstrap,
+        timeout_s=CALL_TIMEOUT_S,
+        retries=CALL_RETRIES,
+        backoff=Backoff(max_s=BACKOFF_MAX_S),
+    )
     try:
         yield client
     finally:

@@ -22,6 +22,7 @@ QUEUE_ALIASES = ("queue", "subscribe", "topic")
 BOOTSTRAP_ALIASES = ("bootstrap", "kafka.bootstrap.servers")
 MAX_FETCH = 10_000  # the server's limit on one Read
 SINK_ID = re.compile(r"^[A-Za-z0-9._\-]{1,64}$")
+BATCH_ID = re.compile(r"^[A-Za-z0-9._\-]{1,32}$")  # with SINK_ID, dedup ids stay < 128 chars
 
 
 class OptionError(ValueError):
@@ -167,8 +168,8 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
             f"raftq: option sinkId must be 1-64 characters of A-Z a-z 0-9 . _ -, got {sink_id!r}"
         )
     batch_id = opts.get("batchid")
-    if batch_id is not None and not SINK_ID.match(batch_id):
-        raise OptionError(f"raftq: option batchId must be like a sinkId, got {batch_id!r}")
+    if batch_id is not None and not BATCH_ID.match(batch_id):
+        raise OptionError(f"raftq: option batchId must be 1-32 of A-Z a-z 0-9 . _ -: {batch_id!r}")
     return SinkOptions(
         bootstrap=bootstrap_of(opts),
         queue=_one_of(opts, ("queue", "topic"), "the queue to write to"),

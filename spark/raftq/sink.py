@@ -52,11 +52,12 @@ from pyspark.sql.types import (
 )
 
 from spark.raftq import broker
+from spark.raftq.lanes import Lanes
 from spark.raftq.options import OptionError, SinkOptions, sink_options
 from spark.raftq.rows import OutRow, out_rows
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # set by Spark's MicroBatchExecution on every task
-SEND_CHUNK = 2000
+SEND_CHUNK = 1000  # the server's entries per Send: one RPC per chunk
 _TEXT = (StringType, BinaryType)
 _INT = (IntegerType, LongType, ShortType, ByteType)
 
@@ -68,6 +69,7 @@ class Published(WriterCommitMessage):
     task: int
     rows: int
     duplicates: int
+    seconds: float = 0.0
 
 
 def check_schema(schema: StructType, opts: SinkOptions) -> None:
@@ -143,23 +145,28 @@ def replay_risk(checkpoint: str | None, window_ms: int, now_s: float | None = No
     )
 
 
-def _placement(row: OutRow, partitions: int, task: int, index: int) -> int:
-    """The row's partition, the same on every retry (dedup is per partition)."""
+def _partition_for_key(key: str, partitions: int) -> int:
+    """The SDK's murmur2 partitioner (imported late: it loads grpc with the SDK)."""
     from raft_queue.client.partitioner import partition_for_key
 
+    return partition_for_key(key, partitions)
+
+
+def _placement(row: OutRow, partitions: int, task: int, index: int) -> int:
+    """The row's partition, the same on every retry (dedup is per partition)."""
     if row.partition is not None:
         if not 0 <= row.partition < partitions:
             raise ValueError(f"raftq: partition {row.partition} not in [0, {partitions})")
         return int(row.partition)
     if row.key:
-        return partition_for_key(row.key, partitions)
+        return _partition_for_key(row.key, partitions)
     return (task + index) % partitions
 
 
 def publish_task(
     opts: SinkOptions, sink_id: str, batch: str, batches: Iterator[pa.RecordBatch]
 ) -> Published:
-    """Executor side: send this task's rows with their deterministic ids; in row order."""
+    """Executor side: send this task's rows with their deterministic ids, in order per partition."""
     from pyspark import TaskContext
 
     from raft_queue.client import OutgoingMessage
@@ -168,39 +175,41 @@ def publish_task(
     task = context.partitionId() if context else 0
     prefix = f"{sink_id}:{batch}:{task}:"
     sizes: dict[str, int] = {}
-    pending: dict[str, list[Any]] = {}
-    index = duplicates = 0
+    pending: dict[tuple[str, int], list[Any]] = {}
+    index = 0
+    started = time.monotonic()
     with broker.connect(opts.bootstrap) as client:
-        for record_batch in batches:
-            for row in out_rows(record_batch):
+        lanes = Lanes(lambda queue, messages: broker.publish(client, queue, messages))
+        try:
+            for row in (r for b in batches for r in out_rows(b)):
                 queue = opts.queue or row.queue
                 if not queue:
                     raise ValueError(f"raftq: row {index} of task {task} has no queue")
                 if queue not in sizes:
                     sizes[queue] = broker.partition_count(client, queue)
                 part = _placement(row, sizes[queue], task, index)
-                message = OutgoingMessage(row.value, row.key, row.headers, prefix + str(index))
-                pending.setdefault(queue, []).append(_with_partition(message, part))
+                dedup_id = prefix + str(index)
+                chunk = pending.setdefault((queue, part), [])
+                chunk.append(OutgoingMessage(row.value, row.key, row.headers, dedup_id, 0, part))
                 index += 1
-                if len(pending[queue]) >= SEND_CHUNK:
-                    duplicates += broker.publish(client, queue, pending.pop(queue))
-        for queue, messages in pending.items():
-            duplicates += broker.publish(client, queue, messages)
-    return Published(task, index, duplicates)
-
-
-def _with_partition(message: Any, partition: int) -> Any:
-    from dataclasses import replace
-
-    return replace(message, partition=partition)
+                if len(chunk) >= SEND_CHUNK:
+                    lanes.submit(queue, part, pending.pop((queue, part)))
+            for (queue, part), chunk in pending.items():
+                lanes.submit(queue, part, chunk)
+            duplicates = lanes.close()
+        finally:
+            lanes.shutdown()
+    return Published(task, index, duplicates, time.monotonic() - started)
 
 
 def _summary(what: str, messages: list[Any]) -> str:
     done = [m for m in messages if isinstance(m, Published)]
     rows = sum(m.rows for m in done)
     dups = sum(m.duplicates for m in done)
+    busy = sum(m.seconds for m in done)
     again = f", {dups} already stored (replay or retry, not stored again)" if dups else ""
-    return f"raftq sink: {what}: {rows} rows from {len(done)} tasks{again}"
+    speed = f" ({rows / busy:,.0f} rows/s per task)" if busy > 0 else ""
+    return f"raftq sink: {what}: {rows} rows from {len(done)} tasks{speed}{again}"
 
 
 class BatchWriter(DataSourceArrowWriter):

@@ -60,9 +60,9 @@ def test_max_offsets_per_trigger_makes_even_batches_and_a_restart_resumes_exactl
 
 
 def _pipe(spark, cluster, source: str, target: str, ck: Path) -> Any:
-    """source -> target through the raftq sink, 10 records per micro-batch, to the end."""
+    """source -> target through the raftq sink, 15 records per micro-batch, to the end."""
     query = (
-        _stream(spark, cluster, source, maxOffsetsPerTrigger=10)
+        _stream(spark, cluster, source, maxOffsetsPerTrigger=15)
         .select("key", "value")
         .writeStream.format("raftq")
         .option("bootstrap", cluster.bootstrap)
@@ -84,13 +84,13 @@ def test_stream_write_replayed_after_a_crash_before_commit_stores_nothing_twice(
     _pipe(spark, cluster, source, target, ck)
     assert len(read_queue(client, target)) == 30
 
-    # The crash: batch 2 was written to the queue but its commit marker never landed.
-    (ck / "commits" / "2").unlink()
-    (ck / "commits" / ".2.crc").unlink(missing_ok=True)
+    # The crash: batch 1 was written to the queue but its commit marker never landed.
+    (ck / "commits" / "1").unlink()
+    (ck / "commits" / ".1.crc").unlink(missing_ok=True)
     query = _pipe(spark, cluster, source, target, ck)
 
-    replayed = [p for p in query.recentProgress if p["batchId"] == 2]
-    assert replayed and replayed[0]["numInputRows"] == 10, "batch 2 was not replayed"
+    replayed = [p for p in query.recentProgress if p["batchId"] == 1]
+    assert replayed and replayed[0]["numInputRows"] == 15, "batch 1 was not replayed"
     stored = read_queue(client, target)
     assert len(stored) == 30
     assert sorted(m.body for m in stored) == sorted(m.body for m in read_queue(client, source))
@@ -117,7 +117,7 @@ def test_batch_write_rerun_with_the_same_sink_id_is_idempotent(spark, cluster, c
     df = spark.createDataFrame(
         [(f"k{i % 6}", f"v{i}", i % 3 if i % 10 == 0 else None) for i in range(200)],
         "key string, value string, partition int",
-    ).repartition(2, "value")
+    )
 
     def write() -> None:
         (
