@@ -24,7 +24,9 @@ from typing import Any
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2
 from raft_queue.core import metadata as meta
+from raft_queue.core import planner
 from raft_queue.server.members import member_change
+from raft_queue.server.operations import assignments, start_step
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,7 @@ class Mover:
         self.node = cluster.node
         self.tasks: dict[tuple[str, int], asyncio.Task[None]] = {}
         self.progress: dict[tuple[str, int], tuple[int, int]] = {}  # (match, leader index)
+        self._repair: asyncio.Task[None] | None = None
 
     def leading(self) -> bool:
         md = self.node.metadata
@@ -67,6 +70,32 @@ class Mover:
             task = self.tasks.get(move.key)
             if task is None or task.done():
                 self.tasks[move.key] = asyncio.create_task(self._run(move.key))
+        if not self.node.view.moves() and (self._repair is None or self._repair.done()):
+            self._repair = asyncio.create_task(self.repair_step())
+
+    # ---- automatic repair -----------------------------------------------------------------
+    async def repair_step(self) -> None:
+        """Start the first step of ``plan_repair`` for the nodes dead longer than
+        ``repair_after_s``; the next round (after the move) plans again, so
+        repair runs one move at a time. Unplaced replicas are logged."""
+        view = self.node.view
+        now_ms = int(time.time() * 1000)
+        due = planner.nodes_due_for_repair(
+            view.nodes().values(), now_ms, int(self.tuning.repair_after_s * 1000)
+        )
+        if not due:
+            return
+        plan = planner.plan_repair(due, view.nodes().values(), assignments(view))
+        for u in plan.unplaced:
+            log.warning("repair: no alive node can take %s/%d from %s", u.queue, u.partition,
+                        u.node_id)  # fmt: skip
+        if plan.steps:
+            log.info("repair of %s: %s", ",".join(due), plan.steps[0])
+            try:
+                await start_step(self.node, plan.steps[0])
+            except errors.QueueError as exc:
+                log.warning("repair step refused: %s", exc)
+                await asyncio.sleep(1.0)
 
     async def _run(self, key: tuple[str, int]) -> None:
         started = time.monotonic()

@@ -34,24 +34,14 @@ class Operations:
             raise errors.NotLeader("not the metadata leader", self.node.metadata_leader_address())
 
     def _assignments(self) -> dict[str, list[meta.PartitionAssignment]]:
-        view = self.node.view
-        return {q.name: view.assignments(q.name) for q in view.queues()}
+        return assignments(self.node.view)
 
     async def move(self, req: Any) -> Any:
         """Validate (planner.validate_move) and record the move; the mover runs it."""
         self._require_leader()
-        view = self.node.view
-        step = planner.validate_move(
-            view.nodes().values(),
-            self._assignments(),
-            planner.MoveReplica(req.queue, req.partition, req.from_node, req.to_node, req.to_port),
-            in_flight={m.key for m in view.moves()},
-        )
-        if not isinstance(step, planner.MoveReplica):
-            raise errors.Internal("validate_move changed the step's kind")
-        cmd = meta.StartMove(step.queue, step.partition, step.from_node, step.to_node,
-                             step.to_port, int(time.time() * 1000))  # fmt: skip
-        return self.move_info(await self.node.submit_metadata(cmd))
+        step = planner.MoveReplica(req.queue, req.partition, req.from_node, req.to_node,
+                                   req.to_port)  # fmt: skip
+        return self.move_info(await start_step(self.node, step))
 
     async def cancel(self, req: Any) -> Any:
         """Refused (FailedPrecondition) once the move removes its old replica."""
@@ -68,17 +58,8 @@ class Operations:
         """Make ``to_node`` the preferred (first) replica; each node's
         preferred-leader loop then hands Raft leadership over."""
         self._require_leader()
-        view = self.node.view
-        step = planner.validate_move(
-            view.nodes().values(),
-            self._assignments(),
-            planner.TransferLeader(req.queue, req.partition, req.to_node),
-            in_flight={m.key for m in view.moves()},
-        )
-        new = planner.apply_plan(self._assignments(), [step])[req.queue][req.partition]
-        record = self.node.queue_spec(req.queue)
-        cmd = meta.SetAssignment(req.queue, req.partition, new.replicas, new.epoch, record.uid)
-        result = await self.node.submit_metadata(cmd)
+        step = planner.TransferLeader(req.queue, req.partition, req.to_node)
+        result = await start_step(self.node, step)
         return admin_pb2.TransferLeaderResponse(epoch=result.epoch)
 
     async def set_node_state(self, req: Any) -> Any:
@@ -117,6 +98,29 @@ class Operations:
             to_node=move.to.node_id, to_port=move.to.raft_port, phase=move.phase,
             started_ms=move.started_ms, match_index=match, leader_index=leader,
         )  # fmt: skip
+
+
+def assignments(view: meta.MetadataMachine) -> dict[str, list[meta.PartitionAssignment]]:
+    return {q.name: view.assignments(q.name) for q in view.queues()}
+
+
+async def start_step(node: Any, step: planner.Step) -> Any:
+    """Check one plan step against the current metadata (validate_move) and
+    record it: a MoveReplica becomes a Move in flight (the mover runs it), a
+    TransferLeader a SetAssignment reordering the replicas. Returns the
+    command's result (Move or PartitionAssignment)."""
+    view = node.view
+    step = planner.validate_move(
+        view.nodes().values(), assignments(view), step, in_flight={m.key for m in view.moves()}
+    )
+    if isinstance(step, planner.MoveReplica):
+        cmd: Any = meta.StartMove(step.queue, step.partition, step.from_node, step.to_node,
+                                  step.to_port, int(time.time() * 1000))  # fmt: skip
+    else:
+        new = planner.apply_plan(assignments(view), [step])[step.queue][step.partition]
+        uid = node.queue_spec(step.queue).uid
+        cmd = meta.SetAssignment(step.queue, step.partition, new.replicas, new.epoch, uid)
+    return await node.submit_metadata(cmd)
 
 
 def plan_to_pb(plan: planner.Plan) -> Any:

@@ -1,9 +1,11 @@
 """Cluster operations on real node processes: liveness states, replica moves
 under load (nothing acknowledged lost or duplicated, replicas identical),
-cancel, bad input, drain and automatic repair of a dead node."""
+cancel, bad input, leader balance, drain and automatic repair of a dead node.
+Each test has its own 4-node cluster with short liveness times (TUNING)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -14,6 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from raft_queue._proto.raft_queue.v1 import admin_pb2
+from raft_queue.cli import operations as ops
+from raft_queue.cli.main import Session
 from raft_queue.cli.main import main as raftq
 from raft_queue.testing.cluster import LocalCluster
 from tests.integration.conftest import Producer, read_all, wait_identical_replicas
@@ -36,7 +40,18 @@ def wait_for(pred: Callable[[], Any], timeout_s: float = 30.0, what: str = "") -
 
 @pytest.fixture
 def four(tmp_path: Path) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path / "cluster", nodes=4, cluster_tuning=TUNING)
+    yield from running(tmp_path, TUNING)
+
+
+@pytest.fixture
+def four_patient(tmp_path: Path) -> Iterator[LocalCluster]:
+    """Nodes stay alive through 10 s of silence (a paused node is still a move target)."""
+    yield from running(tmp_path, {**TUNING, "suspect_after_s": 10.0, "dead_after_s": 20.0,
+                                  "repair_after_s": 60.0})  # fmt: skip
+
+
+def running(tmp_path: Path, tuning: dict[str, float]) -> Iterator[LocalCluster]:
+    c = LocalCluster(tmp_path / "cluster", nodes=4, cluster_tuning=tuning)
     c.start()
     try:
         c.wait_ready(60)
@@ -138,12 +153,10 @@ def test_bad_moves_are_refused_and_change_nothing(four: LocalCluster) -> None:
 def _moves(cluster: LocalCluster) -> list[Any]:
     result = cli(cluster, "partitions", "status", "--json")
     assert result.exit_code == 0, result.output
-    import json
-
     return list(json.loads(result.output))
 
 
-def test_a_second_move_of_a_partition_is_refused_and_a_move_can_be_cancelled(
+def test_a_second_move_of_a_partition_is_refused_while_the_first_runs(
     four: LocalCluster,
 ) -> None:
     client = four.client()
@@ -154,11 +167,95 @@ def test_a_second_move_of_a_partition_is_refused_and_a_move_can_be_cancelled(
     assert first.exit_code == 0, first.output
     second = cli(four, "partitions", "move", "q", "0", "--from", held[1], "--to", free)
     assert second.exit_code == 1 and "in flight" in second.output
-    cancel = cli(four, "partitions", "cancel", "q", "0")
-    if cancel.exit_code == 0:  # else it already reached the remove step
-        wait_for(lambda: not _moves(four), 30, "the cancel")
-        assert replicas_of(client, "q")[0] == held
-    else:
-        assert "removing" in cancel.output or "no move" in cancel.output
-    wait_for(lambda: not _moves(four), 30, "no move left")
+    wait_for(lambda: not _moves(four), 30, "the first move")
+    assert replicas_of(client, "q")[0] == [*held[:2], free]
     wait_identical_replicas(client, "q")
+
+
+def holders(client: Any, queue: str) -> Counter[str]:
+    return Counter(n for nodes in replicas_of(client, queue).values() for n in nodes)
+
+
+def test_a_drained_node_ends_empty_under_load_and_can_then_be_removed(four: LocalCluster) -> None:
+    client = four.client()
+    client.create_queue("q", partitions=3, replication_factor=3)
+    victim = holders(client, "q").most_common()[-1][0]
+    producer = Producer(four.client(), "q").start()
+    time.sleep(1.0)
+    assert cli(four, "node", "remove", victim).exit_code == 1  # still holds replicas
+    started = time.monotonic()
+    result = cli(four, "node", "drain", victim)
+    print(f"drain took {time.monotonic() - started:.1f} s")
+    producer.stop()
+    assert result.exit_code == 0, result.output
+    assert victim not in holders(client, "q")
+    assert sorted(holders(client, "q").values()) == [3, 3, 3]  # balanced over the rest
+    check_nothing_lost(client, "q", producer)
+    assert cli(four, "node", "remove", victim).exit_code == 0
+    assert states(client)[victim] == "removed"
+
+
+def test_the_replicas_of_a_dead_node_are_repaired_under_load(four: LocalCluster) -> None:
+    client = four.client(timeout_s=20)
+    client.create_queue("q", partitions=3, replication_factor=3)
+    victim = "n4"
+    assert victim in holders(client, "q")
+    producer = Producer(four.client(timeout_s=20), "q").start()
+    time.sleep(1.0)
+    killed = time.monotonic()
+    four.kill(3)
+    wait_for(lambda: victim not in holders(client, "q"), 90, "repair")
+    print(f"repair done {time.monotonic() - killed:.1f} s after the kill")
+    time.sleep(0.5)
+    producer.stop()
+    assert sorted(holders(client, "q").values()) == [3, 3, 3]
+    check_nothing_lost(client, "q", producer)
+
+
+def test_a_move_cancelled_before_catch_up_leaves_the_assignment_as_it_was(
+    four_patient: LocalCluster,
+) -> None:
+    four = four_patient
+    client = four.client()
+    client.create_queue("q", partitions=4, replication_factor=3)
+    leader = client.cluster_status().metadata_leader  # stays unpaused: it runs the move
+    part, held = next((p, nodes) for p, nodes in replicas_of(client, "q").items()
+                      if leader in nodes)  # fmt: skip
+    free = next(n for n in ("n1", "n2", "n3", "n4") if n not in held)
+    four.pause(int(free[1:]) - 1)  # the new replica cannot even start: no catch-up
+    try:
+        args = ("--from", held[2], "--to", free, "--no-wait")
+        moved = cli(four, "partitions", "move", "q", str(part), *args)
+        assert moved.exit_code == 0, moved.output
+        result = cli(four, "partitions", "cancel", "q", str(part))
+        assert result.exit_code == 0, result.output
+        wait_for(lambda: not _moves(four), 30, "the cancel")
+    finally:
+        four.resume(int(free[1:]) - 1)
+    after = client.partitions("q")[part]
+    assert list(after.replicas) == held and after.epoch == 1
+    wait_identical_replicas(client, "q")
+
+
+def test_leaders_balance_evens_out_preferred_leaders_and_raft_follows(
+    four: LocalCluster,
+) -> None:
+    client = four.client()
+    client.create_queue("q", partitions=4, replication_factor=3)
+    session = Session(four.bootstrap, 10.0)
+    for p, nodes in replicas_of(client, "q").items():  # pile preferred leaders on n1
+        if "n1" in nodes and nodes[0] != "n1":
+            req = admin_pb2.TransferLeaderRequest(queue="q", partition=p, to_node="n1")
+            ops.admin(session, "TransferLeader", req)
+    assert len(json.loads(cli(four, "leaders", "balance", "--dry-run", "--json").output)["steps"])
+    result = cli(four, "leaders", "balance")
+    assert result.exit_code == 0, result.output
+    assert json.loads(cli(four, "leaders", "balance", "--dry-run", "--json").output)["steps"] == []
+    firsts = Counter(nodes[0] for nodes in replicas_of(client, "q").values())
+    assert max(firsts.values()) - min(firsts.get(n, 0) for n in ("n1", "n2", "n3", "n4")) <= 1
+
+    def raft_follows() -> bool:
+        return all(p.leader == p.replicas[0] for p in client.partitions("q"))
+
+    wait_for(raft_follows, 30, "raft leaders to follow the preferred order")
+    session.close()
