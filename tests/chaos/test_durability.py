@@ -183,5 +183,51 @@ def test_kill_minus_nine_of_every_node_three_times_under_load_loses_nothing(
         final, digests = final_phase(cluster, history, config)
         report = check(history.ops, replica_digests=digests)
         print(report.render(), final)
-        assert final["drained"] and final["reads_complete"] and final["digests_equal"]
+        assert final["healthy"] and final["drained"] and final["reads_complete"]
+        assert final["digests_equal"]
         assert report.ok and report.stats["acked"] > 50
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open finding (docs/reliability.md): metadata replayed before Node.start() "
+    "assigns Node.metadata is never published to Node.view (server/node.py)",
+)
+def test_a_node_whose_metadata_replays_before_start_returns_still_knows_its_queues(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the 5-node campaign (seed 23): after a restart, a node answered with no
+    queues and opened no replicas for minutes. The driver thread replays committed
+    metadata entries as soon as the group is added; each calls _on_metadata_change,
+    which asserts Node.metadata is set, but start() sets it only after host.call()
+    returns: a race the load decided. Here the race is forced: start() waits 1 s
+    before taking the replica, as a busy machine may."""
+    import asyncio
+    from concurrent.futures import Future
+
+    from raft_queue import config as config_mod
+    from raft_queue.replication.host import RaftHost
+    from raft_queue.server.node import Node
+
+    with LocalCluster(tmp_path / "c", nodes=1) as cluster:
+        _start(cluster)
+        with cluster.client() as client:
+            client.create_queue(QUEUE, partitions=1, replication_factor=1)
+        time.sleep(2.0)  # pysyncobj saves the commit index once a second
+    real_call = RaftHost.call
+
+    def late_call(self: RaftHost, fn: Any) -> Future[Any]:
+        fut = real_call(self, fn)
+        fut.result(10)
+        time.sleep(1.0)  # the driver thread ticks (and replays) meanwhile
+        return fut
+
+    monkeypatch.setattr(RaftHost, "call", late_call)
+    node = Node(config_mod.load(cluster.specs[0].config_path))
+    node.start(asyncio.new_event_loop())
+    try:
+        time.sleep(2.0)
+        assert node.view.queue(QUEUE) is not None
+    finally:
+        monkeypatch.setattr(RaftHost, "call", real_call)
+        node.stop()
