@@ -97,6 +97,16 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
         return self.ops.plan(request)
 
     @handled
+    async def GetMetadata(self, request: Any, context: Any) -> Any:  # noqa: N802
+        view = self.node.view
+        newer = view.version > request.known_version
+        return admin_pb2.GetMetadataResponse(
+            version=view.version,
+            image=view.to_bytes() if newer else b"",
+            leader_address=self.node.metadata_leader_address(),
+        )
+
+    @handled
     async def MemberChange(self, request: Any, context: Any) -> Any:  # noqa: N802
         return await member_change(self.node, request)
 

@@ -26,6 +26,7 @@ from raft_queue.server.admin_service import AdminService, registration_loop
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.housekeeping import Housekeeper
 from raft_queue.server.liveness import Liveness
+from raft_queue.server.metadata_follower import follow_metadata
 from raft_queue.server.mover import Mover
 from raft_queue.server.node import Node
 from raft_queue.server.operations import Operations
@@ -78,6 +79,8 @@ async def serve(config: config_mod.NodeConfig) -> None:
         asyncio.create_task(liveness.run_forever()),
         asyncio.create_task(mover.run_forever()),
     ]
+    if node.metadata is None:  # not a metadata voter: poll a voter's copy
+        tasks.append(asyncio.create_task(follow_metadata(cluster)))
     log.info("node %s serving gRPC on %s", node.id, node.address)
     print(f"raftq node {node.id} ready on {node.address}", flush=True)
     stop = asyncio.Event()

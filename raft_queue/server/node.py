@@ -67,6 +67,7 @@ class Node:
         self.controllers = _parse_controllers(config.controllers)
         self.view = meta.MetadataMachine()
         self.metadata: MetadataReplica | None = None
+        self.metadata_leader_hint = ""  # non-voters: the leader's gRPC address, polled
         self.replicas: dict[ReplicaKey, PartitionReplica] = {}
         self.configured: dict[ReplicaKey, Any] = {}  # spec last submitted as Configure
         self._keys: dict[str, ReplicaKey] = {}  # replica.key -> its ReplicaKey
@@ -113,10 +114,16 @@ class Node:
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._changed.set)
 
+    def adopt_view(self, view: meta.MetadataMachine) -> None:
+        """A non-voter's new metadata copy (asyncio thread; metadata_follower.py)."""
+        self.view = view
+        self._changed.set()
+
     # ---- metadata ------------------------------------------------------------------------
     def metadata_leader_id(self) -> str | None:
         if self.metadata is None:
-            return None
+            hint = self.metadata_leader_hint
+            return next((n.node_id for n in self.view.nodes().values() if n.address == hint), None)
         leader = self.metadata.leader_address()
         for nid, addr in self.controllers.items():
             if addr == leader:
@@ -136,6 +143,8 @@ class Node:
         return await _await(self.metadata.submit(cmd, timeout_s))
 
     def metadata_leader_address(self) -> str:
+        if self.metadata is None:
+            return self.metadata_leader_hint
         nid = self.metadata_leader_id()
         return (self.node_address(nid) or "") if nid else ""
 

@@ -60,6 +60,7 @@ class NodeSpec:
     metadata_port: int
     raft_port_min: int
     raft_port_max: int
+    controller: bool = True  # a metadata voter (add_node makes non-voters)
 
     @property
     def address(self) -> str:
@@ -106,9 +107,21 @@ class LocalCluster:
             g, m, lo = free_port(), free_port(), free_block(self.port_block)
         return NodeSpec(f"n{i + 1}", node_dir, g, m, lo, lo + self.port_block - 1)
 
+    def add_node(self) -> int:
+        """Configure one more node that is not a metadata voter (it follows a
+        voter's metadata copy and registers by heartbeat); returns its index,
+        for ``start(i)``. The voters stay those of the first ``start()``."""
+        spec = self._spec(len(self.specs))
+        spec.controller = False
+        self.specs.append(spec)
+        self.nodes += 1
+        self.write_configs()
+        return len(self.specs) - 1
+
     def write_configs(self) -> None:
-        controllers = [f'"{s.node_id}=127.0.0.1:{s.metadata_port}"' for s in self.specs]
-        seeds = [f'"{s.address}"' for s in self.specs]
+        voters = [s for s in self.specs if s.controller]
+        controllers = [f'"{s.node_id}=127.0.0.1:{s.metadata_port}"' for s in voters]
+        seeds = [f'"{s.address}"' for s in voters]
         raft = {"election_timeout_min_s": 0.8, "election_timeout_max_s": 1.6, **self.raft}
         for i, s in enumerate(self.specs):
             s.dir.mkdir(parents=True, exist_ok=True)
@@ -124,7 +137,7 @@ class LocalCluster:
                 f"raft_port_min = {s.raft_port_min}",
                 f"raft_port_max = {s.raft_port_max}",
                 f"metadata_raft_port = {s.metadata_port}",
-                "controller = true",
+                f"controller = {'true' if s.controller else 'false'}",
                 f"seeds = [{', '.join(seeds)}]",
                 f"controllers = [{', '.join(controllers)}]",
                 "",

@@ -273,3 +273,19 @@ class MemberChangeResponse(_message.Message):
     caught_up: bool
     leader: str
     def __init__(self, is_leader: _Optional[bool] = ..., members: _Optional[_Iterable[str]] = ..., match_index: _Optional[int] = ..., leader_index: _Optional[int] = ..., connected: _Optional[bool] = ..., caught_up: _Optional[bool] = ..., leader: _Optional[str] = ...) -> None: ...
+
+class GetMetadataRequest(_message.Message):
+    __slots__ = ("known_version",)
+    KNOWN_VERSION_FIELD_NUMBER: _ClassVar[int]
+    known_version: int
+    def __init__(self, known_version: _Optional[int] = ...) -> None: ...
+
+class GetMetadataResponse(_message.Message):
+    __slots__ = ("version", "image", "leader_address")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    image: bytes
+    leader_address: str
+    def __init__(self, version: _Optional[int] = ..., image: _Optional[bytes] = ..., leader_address: _Optional[str] = ...) -> None: ...

@@ -84,6 +84,11 @@ class AdminServiceStub:
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MemberChangeRequest.SerializeToString,
                 response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MemberChangeResponse.FromString,
                 _registered_method=True)
+        self.GetMetadata = channel.unary_unary(
+                '/raft_queue.v1.AdminService/GetMetadata',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -153,6 +158,13 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetMetadata(self, request, context):
+        """Node to node: a non-voter's copy of the metadata (polled from a voter).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -205,6 +217,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.MemberChange,
                     request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MemberChangeRequest.FromString,
                     response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MemberChangeResponse.SerializeToString,
+            ),
+            'GetMetadata': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMetadata,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -477,6 +494,33 @@ class AdminService:
             '/raft_queue.v1.AdminService/MemberChange',
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MemberChangeRequest.SerializeToString,
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MemberChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMetadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.AdminService/GetMetadata',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataResponse.FromString,
             options,
             channel_credentials,
             insecure,
