@@ -1,6 +1,7 @@
 """Growing a running cluster: a 4th node that is not a metadata voter joins
 by heartbeat, follows the metadata, and ``raftq partitions rebalance
---execute`` moves replicas onto it under load without losing anything."""
+--execute`` moves replicas onto it under load without losing anything, and
+the moved groups survive a restart of every node."""
 
 from __future__ import annotations
 
@@ -57,3 +58,15 @@ def test_a_new_non_voter_node_joins_and_rebalance_moves_replicas_onto_it(
     assert sorted(holders(client, "q").values()) == [3, 3, 3, 3]
     assert json.loads(cli(three, "partitions", "rebalance", "--json").output)["steps"] == []
     check_nothing_lost(client, "q", producer)
+    # Every node restarts from its journal (which replays the membership
+    # changes) with peers from the new assignment: the groups still agree.
+    three.stop()
+    three.start()
+    three.wait_ready(60)
+    after = Producer(three.client(timeout_s=20), "q")
+    after.acked, after.seq = dict(producer.acked), producer.seq
+    before = len(after.acked)
+    after.start()
+    wait_for(lambda: len(after.acked) > before + 200, 30, "sends after restart")
+    after.stop()
+    check_nothing_lost(client, "q", after)
