@@ -259,3 +259,30 @@ def test_leaders_balance_evens_out_preferred_leaders_and_raft_follows(
 
     wait_for(raft_follows, 30, "raft leaders to follow the preferred order")
     session.close()
+
+
+def test_a_new_metadata_leader_resumes_a_move_in_flight(four_patient: LocalCluster) -> None:
+    four = four_patient
+    client = four.client(timeout_s=20)
+    client.create_queue("q", partitions=4, replication_factor=3)
+    leader = client.cluster_status().metadata_leader
+    part, held = next((p, nodes) for p, nodes in replicas_of(client, "q").items()
+                      if leader in nodes)  # fmt: skip
+    free = next(n for n in ("n1", "n2", "n3", "n4") if n not in held)
+    source = next(n for n in held if n != leader)
+    producer = Producer(four.client(timeout_s=20), "q").start()
+    four.pause(int(free[1:]) - 1)  # holds the move in its first phase
+    try:
+        args = ("--from", source, "--to", free, "--no-wait")
+        moved = cli(four, "partitions", "move", "q", str(part), *args)
+        assert moved.exit_code == 0, moved.output
+        four.kill(int(leader[1:]) - 1)
+    finally:
+        four.resume(int(free[1:]) - 1)
+    wait_for(lambda: client.cluster_status().metadata_leader not in ("", leader), 30, "failover")
+    wait_for(lambda: not _moves(four), 60, "the move, resumed by the new leader")
+    assert replicas_of(client, "q")[part] == [free if n == source else n for n in held]
+    four.start(int(leader[1:]) - 1)
+    four.wait_ready(60)
+    producer.stop()
+    check_nothing_lost(client, "q", producer)
