@@ -67,8 +67,8 @@ class Mover:
             self.tasks.clear()
             return
         for move in self.node.view.moves():
-            task = self.tasks.get(move.key)
-            if task is None or task.done():
+            running = self.tasks.get(move.key)
+            if running is None or running.done():
                 self.tasks[move.key] = asyncio.create_task(self._run(move.key))
         if not self.node.view.moves() and (self._repair is None or self._repair.done()):
             self._repair = asyncio.create_task(self.repair_step())
@@ -231,7 +231,8 @@ class Mover:
 
     # ---- metadata lookups -----------------------------------------------------------------
     def _current(self, key: tuple[str, int]) -> meta.Move | None:
-        return self.node.view.move(*key)
+        view: meta.MetadataMachine = self.node.view
+        return view.move(*key)
 
     def _replica_nodes(self, move: meta.Move) -> list[str]:
         for a in self.node.view.assignments(move.queue):
