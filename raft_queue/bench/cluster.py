@@ -20,9 +20,15 @@ from raft_queue.testing.cluster import LocalCluster, free_block
 
 
 def wait_leaders(client: Client, queue: str, timeout_s: float = 60.0) -> None:
-    """Until every partition of ``queue`` reports a leader (and the client caches them)."""
+    """Until every partition of ``queue`` reports a leader (and the client caches them).
+
+    NotFound counts as "not yet": a node whose metadata replica lags may not know
+    a queue that the metadata leader has just created."""
     deadline = time.monotonic() + timeout_s
-    while not all(p.leader for p in client.partitions(queue)):
+    while True:
+        with contextlib.suppress(NotFound):
+            if all(p.leader for p in client.partitions(queue)):
+                return
         if time.monotonic() > deadline:
             raise TimeoutError(f"{queue}: partitions without a leader after {timeout_s}s")
         time.sleep(0.1)

@@ -335,6 +335,10 @@ def _consume(
 # ---- idle ------------------------------------------------------------------------------------
 
 
+IDLE_QUEUE_PARTITIONS = 64  # groups created per CreateQueue: 192 at once lost the
+# metadata leader on a loaded 2-core machine (every group elects at the same moment)
+
+
 def idle(t: Target, p: Params) -> Result:
     """CPU of each node process while it hosts N idle partition replicas (for each N of
     idle_replicas, growing); the metric is the busiest node, in % of one core. A step
@@ -342,16 +346,16 @@ def idle(t: Target, p: Params) -> Result:
     in ``info`` (``settled``): that CPU is what an overloaded node burns."""
     if not t.pids:
         return Result("idle", {}, {"skipped": "needs the node pids: a cluster started by bench"})
-    have, made = 0, []
+    made: dict[str, int] = {}  # queue -> partitions
     metrics: dict[str, float] = {}
     info: dict[str, Any] = {}
-    with Client(t.bootstrap, timeout_s=300) as admin:  # creating 100s of groups takes long
+    # Long timeout and many retries: creating 100s of groups takes a while and may
+    # cost the metadata group an election.
+    with Client(t.bootstrap, timeout_s=300, retries=30) as admin:
         try:
             for replicas in p.idle_replicas:
                 want = math.ceil(replicas * len(t.pids) / 3)  # partitions: 3 replicas each
-                made.append(f"bench-idle{replicas}{t.tag}")
-                step = _idle_step(admin, made[-1], want - have, t.pids, p)
-                have = want
+                step = _idle_step(admin, t.tag, made, want, t.pids, p)
                 metrics[f"cpu{replicas}_pct"] = max(step["per_node_pct"])
                 info[f"replicas{replicas}"] = step
         finally:
@@ -363,15 +367,19 @@ def idle(t: Target, p: Params) -> Result:
 
 
 def _idle_step(
-    admin: Client, name: str, partitions: int, pids: list[int], p: Params
+    admin: Client, tag: str, made: dict[str, int], want: int, pids: list[int], p: Params
 ) -> dict[str, Any]:
-    t0 = time.monotonic()
-    admin.create_queue(name, partitions=partitions, replication_factor=3)
-    try:
-        wait_leaders(admin, name, timeout_s=300)
-        settled = True
-    except TimeoutError:
-        settled = False
+    """Grow to ``want`` idle partitions (queues of at most IDLE_QUEUE_PARTITIONS, added
+    to ``made``), let them settle, then measure each node's CPU."""
+    t0, settled = time.monotonic(), True
+    while (have := sum(made.values())) < want:
+        name = f"bench-idle{len(made)}{tag}"
+        made[name] = min(IDLE_QUEUE_PARTITIONS, want - have)
+        admin.create_queue(name, partitions=made[name], replication_factor=3)
+        try:
+            wait_leaders(admin, name, timeout_s=300)
+        except TimeoutError:
+            settled = False
     create_s = round(time.monotonic() - t0, 1)
     time.sleep(p.settle_secs)
     per_node = cpu_pct_over(pids, p.idle_secs)
