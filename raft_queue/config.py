@@ -128,10 +128,17 @@ class ClusterTuning:
     suspect_after_s: float = 5.0
     dead_after_s: float = 30.0
     repair_after_s: float = 300.0
+    # Automatic leader balance: when the preferred-leader counts of alive
+    # nodes differ by more than this, the metadata leader runs plan_leaders
+    # (one transfer at a time). 0 = off (use ``raftq leaders balance``).
+    leader_imbalance_max: int = 0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            _check_positive(f"cluster.{f.name}", getattr(self, f.name))
+            if f.name != "leader_imbalance_max":
+                _check_positive(f"cluster.{f.name}", getattr(self, f.name))
+        if isinstance(self.leader_imbalance_max, bool) or self.leader_imbalance_max < 0:
+            raise ConfigError("cluster.leader_imbalance_max", "must be an integer >= 0")
         if not self.heartbeat_period_s < self.suspect_after_s <= self.dead_after_s:
             raise ConfigError(
                 "cluster.suspect_after_s",

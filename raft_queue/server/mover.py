@@ -34,6 +34,16 @@ POLL_S = 0.2
 RPC_TIMEOUT_S = 15.0
 
 
+def leader_imbalance(view: meta.MetadataMachine) -> int:
+    """Max minus min preferred (first) replicas over alive nodes."""
+    alive = [n for n, info in view.nodes().items() if info.state == "alive"]
+    counts = dict.fromkeys(alive, 0)
+    for a in view.all_assignments():
+        if a.replicas and a.replicas[0].node_id in counts:
+            counts[a.replicas[0].node_id] += 1
+    return max(counts.values()) - min(counts.values()) if counts else 0
+
+
 class LostLeadership(Exception):
     """This node no longer leads the metadata group: stop, the next leader resumes."""
 
@@ -71,7 +81,29 @@ class Mover:
             if running is None or running.done():
                 self.tasks[move.key] = asyncio.create_task(self._run(move.key))
         if not self.node.view.moves() and (self._repair is None or self._repair.done()):
-            self._repair = asyncio.create_task(self.repair_step())
+            self._repair = asyncio.create_task(self.background_step())
+
+    async def background_step(self) -> None:
+        await self.repair_step()
+        await self.leader_balance_step()
+
+    # ---- automatic leader balance -----------------------------------------------------------
+    async def leader_balance_step(self) -> None:
+        """When preferred-leader counts of alive nodes differ by more than
+        ``cluster.leader_imbalance_max`` (0: off), take the first step of
+        ``plan_leaders``; the next round plans again."""
+        limit = self.tuning.leader_imbalance_max
+        view = self.node.view
+        if not limit or leader_imbalance(view) <= limit:
+            return
+        plan = planner.plan_leaders(view.nodes().values(), assignments(view))
+        if plan.steps:
+            log.info("leader balance: %s", plan.steps[0])
+            try:
+                await start_step(self.node, plan.steps[0])
+            except errors.QueueError as exc:
+                log.warning("leader balance step refused: %s", exc)
+                await asyncio.sleep(1.0)
 
     # ---- automatic repair -----------------------------------------------------------------
     async def repair_step(self) -> None:

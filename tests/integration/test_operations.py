@@ -286,3 +286,34 @@ def test_a_new_metadata_leader_resumes_a_move_in_flight(four_patient: LocalClust
     four.wait_ready(60)
     producer.stop()
     check_nothing_lost(client, "q", producer)
+
+
+@pytest.fixture
+def four_balancing(tmp_path: Path) -> Iterator[LocalCluster]:
+    yield from running(tmp_path, {**TUNING, "leader_imbalance_max": 1})
+
+
+def test_leaders_are_balanced_automatically_above_the_threshold(
+    four_balancing: LocalCluster,
+) -> None:
+    four = four_balancing
+    client = four.client()
+    client.create_queue("q", partitions=4, replication_factor=3)
+    session = Session(four.bootstrap, 10.0)
+    epochs = sum(p.epoch for p in client.partitions("q"))
+    piled = 0
+    for p, nodes in replicas_of(client, "q").items():  # pile preferred leaders on n1
+        if "n1" in nodes and nodes[0] != "n1":
+            req = admin_pb2.TransferLeaderRequest(queue="q", partition=p, to_node="n1")
+            ops.admin(session, "TransferLeader", req)
+            piled += 1
+    session.close()
+
+    def balanced() -> bool:
+        firsts = Counter(nodes[0] for nodes in replicas_of(client, "q").values())
+        counts = [firsts.get(n, 0) for n in ("n1", "n2", "n3", "n4")]
+        return max(counts) - min(counts) <= 1
+
+    wait_for(balanced, 30, "automatic leader balance")
+    if piled:  # the balancer itself changed assignments after our transfers
+        assert sum(p.epoch for p in client.partitions("q")) > epochs + piled
