@@ -202,7 +202,13 @@ class ReplicatedGroup(SafeSyncObj):
         return bool(self._isLeader())
 
     def can_serve_leader_reads(self) -> bool:
-        """Leader with quorum contact within one election timeout (hazard 5)."""
+        """Leader that has applied its own term's first entry (Raft §8: before that
+        its state may lack entries committed under earlier leaders, as after a
+        restart that replays the log), with quorum contact within one election
+        timeout (hazard 5)."""
+        noop = self._SyncObj__noopIDx
+        if noop is None or self.raftLastApplied < noop:
+            return False
         return self.has_quorum_contact(self.lease_quorum_s)
 
     def status(self) -> dict[str, Any]:

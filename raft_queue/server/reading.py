@@ -93,6 +93,8 @@ class Reader:
         out: dict[int, int] = {}
         local, remote = self.c.split_partitions(q.name, q.spec.partitions)
         for part, replica in local:
+            if not replica.can_serve_leader_reads():
+                raise errors.Unavailable(f"{q.name}[{part}]: leader not yet caught up")
             got = replica.offsets().get(request.group)
             if got is not None:
                 out[part] = got

@@ -32,7 +32,9 @@ class Replicas:
         self.hosts: dict[str, RaftHost] = {}
         self.groups: dict[str, PartitionReplica] = {}
 
-    def start(self, address: str, peers: list[str]) -> PartitionReplica:
+    def start(
+        self, address: str, peers: list[str], compaction: int = 20
+    ) -> PartitionReplica:
         host = RaftHost(idle_tick_s=0.02)
         host.start()
         path = str(self.base / address.replace(":", "_"))
@@ -45,7 +47,7 @@ class Replicas:
                 peers,
                 path,
                 election_timeout_s=(0.4, 0.8),
-                log_compaction_min_entries=20,
+                log_compaction_min_entries=compaction,
             )
             host.add(group)
             return group
