@@ -100,7 +100,11 @@ class Node:
             dial=self._dial,
             on_change=self._on_metadata_change,
         )
+        # Assigned before the host drives it: replay may apply committed entries
+        # (and call _on_metadata_change) before start() gets the return value.
+        self.metadata = replica
         self.host.add(replica)
+        self._on_metadata_change()  # publish whatever is already applied
         return replica
 
     def stop(self) -> None:

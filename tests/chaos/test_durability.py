@@ -188,11 +188,6 @@ def test_kill_minus_nine_of_every_node_three_times_under_load_loses_nothing(
         assert report.ok and report.stats["acked"] > 50
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open finding (docs/reliability.md): metadata replayed before Node.start() "
-    "assigns Node.metadata is never published to Node.view (server/node.py)",
-)
 def test_a_node_whose_metadata_replays_before_start_returns_still_knows_its_queues(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
