@@ -2,7 +2,8 @@
 
 Both run the same flows (``calls.py``); only the transport differs (grpc.aio
 channels, awaited retries). Every method of ``Client`` except ``redrive``
-exists here and returns an awaitable of the same result::
+exists here and returns an awaitable of the same result; ``subscribe`` returns
+an ``AsyncSubscription`` to use with ``async with`` / ``async for``::
 
     async with AsyncClient("127.0.0.1:7101") as c:
         await c.send("orders", b"hello")
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from raft_queue.client.aio_subscription import AsyncSubscription
 from raft_queue.client.calls import Call, Flow
 from raft_queue.client.client import Surface, parse_bootstrap
 from raft_queue.client.errors import from_rpc_error
@@ -58,7 +60,7 @@ class AsyncClient(Surface):
         """Close every channel. Idempotent; later calls raise FailedPrecondition."""
         await asyncio.gather(*(ch.close() for ch in self._router.detach()))
 
-    async def _run(self, flow: Flow[T]) -> T:  # type: ignore[override]
+    async def _run(self, flow: Flow[T]) -> T:
         """Drive ``flow`` as ``Client._run`` does, awaiting each call."""
         try:
             call = next(flow)
@@ -89,3 +91,16 @@ class AsyncClient(Surface):
         return await self._retrier.run_async(
             attempt, idempotent=call.idempotent, extra_s=call.extra_s
         )
+
+    def subscribe(
+        self,
+        queue: str,
+        prefetch: int = 10,
+        visibility_ms: int | None = None,
+        consumer: str = "",
+        auto_grant: bool = True,
+    ) -> AsyncSubscription:
+        """Push delivery, as ``Client.subscribe``: ``async for`` over the result;
+        at most ``prefetch`` unacked when you ack each before the next."""
+        stub = self._router.queue_stub(self._router.any_address())
+        return AsyncSubscription(stub, queue, prefetch, visibility_ms, consumer, auto_grant)

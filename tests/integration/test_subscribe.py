@@ -68,3 +68,36 @@ def test_leases_of_a_dropped_stream_expire_and_are_delivered_again(
         again = client.receive("drop", max_messages=1, wait_ms=5000)
         assert [m.body for m in again] == [b"only"]
         assert again[0].receive_count == 2
+
+
+def test_the_asyncio_client_subscribes_with_the_same_credit_rules(
+    cluster: LocalCluster,
+) -> None:
+    import asyncio
+
+    from raft_queue.aio import AsyncClient
+
+    async def run() -> None:
+        async with AsyncClient(cluster.bootstrap, timeout_s=20.0) as c:
+            await c.create_queue("apush", partitions=2, replication_factor=3)
+            sent = {b"a%02d" % i for i in range(12)}
+            await c.send_batch("apush", sorted(sent))
+            # credit 3 without grants: exactly 3 arrive, then nothing
+            sub = c.subscribe("apush", prefetch=3, auto_grant=False)
+            held = [await sub.__anext__() for _ in range(3)]
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(sub.__anext__(), 1.5)
+            assert (await c.get_queue("apush")).in_flight == 3
+            await c.ack("apush", [m.receipt for m in held])
+            await sub.close()
+            # auto grant, ack each: the rest, each once
+            got = [m.body for m in held]
+            async with c.subscribe("apush", prefetch=2) as sub2:
+                async for m in sub2:
+                    got.append(m.body)
+                    assert (await c.ack("apush", [m.receipt]))[0].ok
+                    if len(got) == len(sent):
+                        break
+            assert sorted(got) == sorted(sent)
+
+    asyncio.run(run())
