@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 PREFER_AFTER_S = 3.0  # a leader keeps leading this long before handing over
 PREFER_RETRY_S = 5.0
+OPEN_TIMEOUT_S = 30.0  # reconcile waits this long for a replica to open, per round
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,7 @@ class Node:
         self.replicas: dict[ReplicaKey, PartitionReplica] = {}
         self.configured: dict[ReplicaKey, Any] = {}  # spec last submitted as Configure
         self._keys: dict[str, ReplicaKey] = {}  # replica.key -> its ReplicaKey
+        self._opening: dict[ReplicaKey, Future[PartitionReplica]] = {}  # slow opens
         self._leader_since: dict[ReplicaKey, float] = {}
         self._changed = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -192,10 +194,11 @@ class Node:
         wanted = self._wanted_replicas()
         for key, (me, peers) in wanted.items():
             if key not in self.replicas:
-                self.replicas[key] = self.host.call(
-                    lambda k=key, m=me, p=peers: self._open_replica(k, m, p)
-                ).result(30)
-                self._keys[key.name] = key
+                self._adopt_opened(key, me, peers)
+        for key in [k for k in self._opening if k not in wanted and self._opening[k].done()]:
+            with contextlib.suppress(Exception):  # a failed open has nothing to close
+                self.replicas[key] = self._opening[key].result()
+            del self._opening[key]
         for key in [k for k in self.replicas if k not in wanted]:
             self.host.call(lambda k=key: self.host.remove(k.name)).result(30)
             del self.replicas[key]
@@ -204,6 +207,25 @@ class Node:
             shutil.rmtree(self._replica_dir(key), ignore_errors=True)
         self._configure_leaders()
         self._prefer_leaders()
+
+    def _adopt_opened(self, key: ReplicaKey, me: str, peers: list[str]) -> None:
+        """Open ``key`` on the driver thread; a slow open (a busy driver) is left
+        running and adopted by a later round, never opened twice."""
+        fut = self._opening.get(key)
+        if fut is None:
+            fut = self.host.call(lambda: self._open_replica(key, me, peers))
+            self._opening[key] = fut
+        try:
+            replica = fut.result(OPEN_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("opening %s takes over %.0f s; adopting it later", key.name, OPEN_TIMEOUT_S)
+            return
+        except Exception:
+            del self._opening[key]
+            raise
+        del self._opening[key]
+        self.replicas[key] = replica
+        self._keys[key.name] = key
 
     def _prefer_leaders(self) -> None:
         """Hand leadership to each partition's preferred replica (the first),
