@@ -37,8 +37,12 @@ from raft_queue.replication.raft import ProxiedNode, SafeSyncObj, fail_reason_er
 
 log = logging.getLogger(__name__)
 
-# One Raft entry carries at most this many submitted commands.
+# One Raft entry carries at most this many submitted commands, and at most
+# this many bytes unless a single command is larger (a Send is bounded by
+# Limits.max_request_bytes): big entries cost a pickle and a zlib pass per
+# follower in one piece, and every other group on the node waits meanwhile.
 MAX_COMMANDS_PER_ENTRY = 512
+MAX_ENTRY_BYTES = 4 << 20
 
 
 class ReplicatedGroup(SafeSyncObj):
@@ -128,10 +132,15 @@ class ReplicatedGroup(SafeSyncObj):
 
     def _propose(self, chunk: list[tuple[Any, Future[Any], float, bool]]) -> None:
         commands = [c for c, _, _, _ in chunk]
+        payload = self.encode_batch(commands)
+        if len(payload) > MAX_ENTRY_BYTES and len(chunk) > 1:
+            half = len(chunk) // 2
+            self._propose(chunk[:half])
+            self._propose(chunk[half:])
+            return
         futures = [f for _, f, _, _ in chunk]
         early = [e for _, _, _, e in chunk]
         deadline = max(d for _, _, d, _ in chunk)
-        payload = self.encode_batch(commands)
         if any(early) and self._idle():
             self._ack_early(payload, futures, early)
         self._seq += 1

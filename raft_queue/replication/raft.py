@@ -21,6 +21,12 @@ against ``SafeSyncObj``.
    set to the election timeout by ``make_conf`` and ``has_quorum_contact()``
    lets callers refuse leases on a stale belief.
 
+Also: entries of 64 KiB or more never take pysyncobj's chunked "transmission"
+path (it mislabels chunks and skipped fixes 1 and 3):
+``_SyncObj__sendAppendEntries`` sends every entry whole, and chunks from a
+peer still running plain pysyncobj are reassembled by unpickling, not by
+their labels, then handled as a regular AppendEntries.
+
 Threading: everything here runs on the host's driver thread, except
 ``submit_command`` (any thread; it only enqueues).
 """
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import shutil
 from collections.abc import Callable
 from typing import Any
@@ -177,6 +184,15 @@ class SyncedJournal:
         return True
 
 
+# Bytes of entries per AppendEntries message (pysyncobj's default is 64 KiB;
+# an entry at least this long took its broken chunked path).
+APPEND_ENTRIES_BATCH_BYTES = 1 << 20
+SEND_BUFFER_BYTES = 1 << 20
+# A partially received chunked entry (from a peer that still chunks) larger
+# than this is dropped; the leader then resends from the follower's log end.
+MAX_TRANSMISSION_BYTES = 1 << 30
+
+
 def make_conf(
     *,
     journal_file: str | None,
@@ -218,6 +234,14 @@ def make_conf(
         password=password,
         bindAddress=bind_address,
         pollerType="poll",
+        # Entries are never chunked ("transmission", see SafeSyncObj): one
+        # AppendEntries carries whole entries, up to this many bytes of them
+        # plus the one that crosses it.
+        appendEntriesBatchSizeBytes=APPEND_ENTRIES_BATCH_BYTES,
+        # SO_SNDBUF (the kernel doubles it, capped by net.core.wmem_max): a
+        # multi-MiB entry leaves the send buffer in a few writes instead of
+        # hundreds (pysyncobj copies the rest of its buffer after each write).
+        sendBufferSize=SEND_BUFFER_BYTES,
     )
 
 
@@ -241,6 +265,7 @@ class SafeSyncObj(SyncObj):
     ) -> None:
         self.__shared_poller = GroupPoller(shared_poller)
         self._pending_acks: list[tuple[Any, int]] = []
+        self._transmissions: dict[Any, bytearray] = {}  # node -> chunks so far
         self._on_activity = on_activity or (lambda: None)
         self._on_flush = on_flush or self._on_activity
         self._fsync = fsync
@@ -324,9 +349,120 @@ class SafeSyncObj(SyncObj):
             for _term, callback in waiting.pop(idx):
                 callback(None, FAIL_REASON.UNKNOWN_OUTCOME)
 
+    # ---- large entries (no "transmission") -----------------------------------------
+    def _SyncObj__sendAppendEntries(self) -> None:  # noqa: N802
+        """pysyncobj's sender (syncobj.py ~1251) without its "transmission" path.
+
+        pysyncobj pickles an entry of ``appendEntriesBatchSizeBytes`` or more and
+        sends it in chunks, labelling a chunk ``finish`` by comparing with the
+        command's length instead of the pickle's, so a command a few bytes
+        under a multiple of the chunk size arrives as start, finish, finish and
+        the follower fails to unpickle it (on every resend). The chunks also
+        bypassed hazards 1 and 3 on the follower. Here an entry always travels
+        whole inside a regular AppendEntries (TCP frames it; entries are
+        bounded by ``group.MAX_ENTRY_BYTES`` unless one command is larger).
+        Snapshot installs are unchanged."""
+        conf = self._SyncObj__conf
+        start = monotonic_time()
+        self._SyncObj__newAppendEntriesTime = start + conf.appendEntriesPeriod
+        raft_log = self._SyncObj__raftLog
+        connected = self._SyncObj__connectedNodes
+        next_index = self._SyncObj__raftNextIndex
+        for node in self._SyncObj__otherNodes | self._SyncObj__readonlyNodes:
+            if node not in connected:
+                self._SyncObj__serializer.cancelTransmisstion(node)
+                continue
+            first, sending_snapshot = True, False
+            nxt = next_index[node]
+            while first or sending_snapshot or nxt <= self._SyncObj__getCurrentLogIndex():
+                if nxt > raft_log[0][1]:
+                    self._send_entries(node, nxt)
+                else:
+                    sending_snapshot = self._send_snapshot_chunk(node)
+                if node not in connected:
+                    break
+                nxt, first = next_index[node], False
+                if monotonic_time() - start > conf.appendEntriesPeriod:
+                    break
+
+    def _send_entries(self, node: Any, nxt: int) -> None:
+        prev_idx, prev_term = self._SyncObj__getPrevLogIndexTerm(nxt)
+        entries: list[Any] = []
+        if nxt <= self._SyncObj__getCurrentLogIndex():
+            batch = self._SyncObj__conf.appendEntriesBatchSizeBytes
+            entries = self._SyncObj__getEntries(nxt, None, batch)
+            self._SyncObj__raftNextIndex[node] = entries[-1][1] + 1
+        self._SyncObj__transport.send(
+            node,
+            {
+                "type": "append_entries",
+                "term": self._SyncObj__raftCurrentTerm,
+                "commit_index": self._SyncObj__raftCommitIndex,
+                "entries": entries,
+                "prevLogIdx": prev_idx,
+                "prevLogTerm": prev_term,
+            },
+        )
+
+    def _send_snapshot_chunk(self, node: Any) -> bool:
+        """One chunk of the snapshot file; True while more chunks follow."""
+        data = self._SyncObj__serializer.getTransmissionData(node)
+        self._SyncObj__transport.send(
+            node,
+            {
+                "type": "append_entries",
+                "term": self._SyncObj__raftCurrentTerm,
+                "commit_index": self._SyncObj__raftCommitIndex,
+                "serialized": data,
+            },
+        )
+        if not data:
+            return False
+        if data[2]:  # last chunk
+            self._SyncObj__raftNextIndex[node] = self._SyncObj__raftLog[1][1] + 1
+            return False
+        return True
+
+    def _reassemble(self, node: Any, message: dict[str, Any]) -> dict[str, Any] | None:
+        """A chunked entry from a peer running plain pysyncobj: the message with
+        the whole entry once complete, else None. Completeness is decided by
+        unpickling, never by the sender's label (it mislabels chunks): a
+        ``finish`` that does not unpickle is treated as a middle chunk."""
+        kind, data = message["transmission"], message.get("data") or b""
+        buf = self._transmissions.get(node)
+        if kind == "start" or buf is None:
+            if kind != "start":
+                return None  # joined mid-entry; the leader resends after our nack
+            buf = self._transmissions[node] = bytearray()
+        buf += data
+        if len(buf) > MAX_TRANSMISSION_BYTES:
+            del self._transmissions[node]
+            return None
+        if kind != "finish":
+            return None
+        try:
+            entry = pickle.loads(bytes(buf))  # noqa: S301 (hazard 6)
+        except Exception:  # truncated: a mislabelled middle chunk
+            return None
+        del self._transmissions[node]
+        whole = {k: v for k, v in message.items() if k not in ("transmission", "data")}
+        whole["entries"] = [tuple(entry)]
+        return whole
+
     # ---- hazard 1 (and 3 for followers) --------------------------------------------
     def _SyncObj__onMessageReceived(self, node: Any, message: dict[str, Any]) -> None:  # noqa: N802
         kind = message.get("type")
+        if (
+            kind == "append_entries"
+            and "transmission" in message
+            and message["term"] >= self._SyncObj__raftCurrentTerm
+        ):
+            whole = self._reassemble(node, message)
+            if whole is None:
+                self._follow(node, message)
+                self._SyncObj__sendNextNodeIdx(node, success=False, reset=False)
+                return
+            message = whole
         if (
             kind == "append_entries"
             and "prevLogIdx" in message

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from pysyncobj import SyncObj, SyncObjConf
+from pysyncobj import pickle as raft_pickle
 from pysyncobj.poller import createPoller
 from pysyncobj.syncobj import FAIL_REASON
 
@@ -237,3 +238,46 @@ def test_hazard4_snapshot_install_resolves_skipped_waiters(impl: str, tmp_path: 
     obj._SyncObj__loadDumpFile(clearJournal=True)
     assert obj.raftLastApplied == 10
     assert outcomes == [FAIL_REASON.UNKNOWN_OUTCOME], "a waiter was lost"
+
+
+def pysyncobj_chunks(prev_idx: int, entry: Any, chunk: int = 1 << 16) -> list[dict[str, Any]]:
+    """The "transmission" messages pysyncobj 0.3.17's leader sends for one
+    large entry, labelled as it labels them (``finish`` by the command's
+    length, not the pickle's)."""
+    data = raft_pickle.dumps(entry)
+    out = []
+    for pos in range(0, len(data), chunk):
+        if pos == 0:
+            kind = "start"
+        elif pos + chunk >= len(entry[0]):
+            kind = "finish"
+        else:
+            kind = "process"
+        out.append(
+            {
+                "type": "append_entries",
+                "transmission": kind,
+                "data": data[pos : pos + chunk],
+                "term": 1,
+                "commit_index": 0,
+                "prevLogIdx": prev_idx,
+                "prevLogTerm": 0 if prev_idx == 1 else 1,
+            }
+        )
+    return out
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_mislabelled_chunks_of_a_large_entry_are_reassembled(impl: str) -> None:
+    # A command ending just under a chunk boundary: start, process, finish, finish.
+    command = b"\x00" + b"x" * (3 * (1 << 16) - 40)
+    messages = pysyncobj_chunks(1, (command, 2, 1))
+    assert [m["transmission"] for m in messages][-2:] == ["finish", "finish"]
+    obj = make_obj(impl, [addr()])
+    rec = wire(obj)
+    leader = leader_node(obj)
+    for message in messages:
+        feed(obj, leader, message)
+    assert obj._SyncObj__raftLog[-1] == (command, 2, 1)
+    acks = [m for m in rec.sent if m["type"] == "next_node_idx" and m["success"]]
+    assert acks and acks[-1]["next_node_idx"] == 3
