@@ -17,275 +17,47 @@ and raises the same error on every replica.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from raft_queue import errors
 from raft_queue.config import IMMUTABLE_QUEUE_FIELDS, QueueSpec, check_name, check_queue_name
-
-NODE_STATES = ("alive", "suspect", "dead", "draining", "removed")
-_CODEC_VERSION = 1
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaRef:
-    """One replica of a partition: the node and the Raft port it listens on."""
-
-    node_id: str
-    raft_port: int
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionAssignment:
-    """A partition's replicas; the first is the preferred leader. ``epoch``
-    grows with every change of the replica list (fences stale changes).
-    """
-
-    partition: int
-    replicas: tuple[ReplicaRef, ...]
-    epoch: int = 1
-
-    @property
-    def node_ids(self) -> tuple[str, ...]:
-        return tuple(r.node_id for r in self.replicas)
-
-
-@dataclass(frozen=True, slots=True)
-class NodeInfo:
-    """A registered node. ``address`` is its gRPC host:port; replicas listen
-    on ``raft_host`` at ports from ``[raft_port_min, raft_port_max]``.
-    """
-
-    node_id: str
-    address: str
-    raft_host: str
-    raft_port_min: int
-    raft_port_max: int
-    rack: str = ""
-    controller: bool = False
-    state: str = "alive"
-    registered_ms: int = 0
-    state_ms: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class QueueRecord:
-    """A queue. ``uid`` is unique forever, so a re-created queue of the same
-    name never reuses the old one's replica data.
-    """
-
-    name: str
-    spec: QueueSpec
-    uid: int
-    created_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class LocalReplica:
-    """A replica hosted by one node (what its reconciler must run)."""
-
-    queue: str
-    uid: int
-    partition: int
-    assignment: PartitionAssignment
-
-
-# ---- commands (the metadata group's Raft entries) -----------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class RegisterNode:
-    """Join or rejoin; idempotent. Updates the address and ranges; a dead,
-    suspect or removed node becomes alive again (a draining one stays so).
-    """
-
-    node_id: str
-    address: str
-    raft_host: str
-    raft_port_min: int
-    raft_port_max: int
-    rack: str = ""
-    controller: bool = False
-    now_ms: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class SetNodeState:
-    """Liveness or operator change; ``removed`` needs the node to host nothing."""
-
-    node_id: str
-    state: str
-    now_ms: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class CreateQueue:
-    """Create with pre-computed ``assignments`` (one per partition, in order).
-    Same name and spec as an existing queue: returns it (idempotent retry).
-    """
-
-    name: str
-    config: QueueSpec
-    assignments: tuple[PartitionAssignment, ...]
-    now_ms: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class UpdateQueue:
-    """Replace the spec; IMMUTABLE_QUEUE_FIELDS must stay as they are."""
-
-    name: str
-    config: QueueSpec
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteQueue:
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class SetAssignment:
-    """Move a partition's replicas (reassignment, repair, leader preference).
-    ``epoch`` must exceed the current one; ``uid`` (if not 0) must be the
-    queue's, so a change meant for a deleted queue cannot hit its successor.
-    """
-
-    queue: str
-    partition: int
-    replicas: tuple[ReplicaRef, ...]
-    epoch: int
-    uid: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Move:
-    """A replica move in flight (a Kafka "reassignment in progress"): the
-    replica on ``from_node`` is being replaced by ``to``. Phases: ``adding``
-    (``to`` starts and joins the group), ``removing`` (past the point of no
-    return: ``from_node`` leaves), ``cancelling`` (``to`` leaves again).
-    Recorded in the log so a new metadata leader resumes or cancels it.
-    """
-
-    queue: str
-    uid: int
-    partition: int
-    from_node: str
-    to: ReplicaRef
-    phase: str = "adding"
-    started_ms: int = 0
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.queue, self.partition)
-
-
-MOVE_PHASES = ("adding", "removing", "cancelling")
-
-
-@dataclass(frozen=True, slots=True)
-class StartMove:
-    """Record a move (checked like ``planner.validate_move``); one per partition."""
-
-    queue: str
-    partition: int
-    from_node: str
-    to_node: str
-    to_port: int
-    now_ms: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class SetMovePhase:
-    """``adding`` -> ``removing`` or ``cancelling``; repeating a phase is a no-op."""
-
-    queue: str
-    partition: int
-    phase: str
-
-
-@dataclass(frozen=True, slots=True)
-class FinishMove:
-    """A ``removing`` move is done: ``to`` replaces ``from_node`` in place, epoch + 1."""
-
-    queue: str
-    partition: int
-
-
-@dataclass(frozen=True, slots=True)
-class DropMove:
-    """Forget a move that is not ``removing`` (cancelled): the assignment is as before."""
-
-    queue: str
-    partition: int
-
-
-MetaCommand = (
-    RegisterNode | SetNodeState | CreateQueue | UpdateQueue | DeleteQueue | SetAssignment
-    | StartMove | SetMovePhase | FinishMove | DropMove
-)  # fmt: skip
-_COMMANDS: dict[str, type[Any]] = {
-    cls.__name__: cls
-    for cls in (RegisterNode, SetNodeState, CreateQueue, UpdateQueue, DeleteQueue, SetAssignment,
-                StartMove, SetMovePhase, FinishMove, DropMove)
-}  # fmt: skip
-
-
-def encode_meta(cmd: MetaCommand) -> bytes:
-    """One Raft entry: ``{"v": 1, "type": <class name>, <fields>}`` as compact JSON."""
-    body = {name: _plain(getattr(cmd, name)) for name in cmd.__dataclass_fields__}
-    return _dump({"v": _CODEC_VERSION, "type": type(cmd).__name__, **body})
-
-
-def decode_meta(data: bytes) -> MetaCommand:
-    """Inverse of encode_meta; a malformed entry is Internal (log corruption)."""
-    try:
-        obj = json.loads(data)
-        if obj.pop("v") != _CODEC_VERSION:
-            raise ValueError("unknown codec version")
-        cls = _COMMANDS[obj.pop("type")]
-        fields = {name: _typed(name, value) for name, value in obj.items()}
-        cmd: MetaCommand = cls(**fields)
-    except (ValueError, KeyError, TypeError, errors.InvalidArgument) as exc:
-        raise errors.Internal(f"undecodable metadata entry: {exc!r}") from exc
-    return cmd
-
-
-def _plain(value: Any) -> Any:
-    """Dataclass values -> JSON values (tuples become lists)."""
-    if isinstance(value, QueueSpec):
-        return value.to_dict()
-    if isinstance(value, ReplicaRef):
-        return [value.node_id, value.raft_port]
-    if isinstance(value, PartitionAssignment):
-        return {"partition": value.partition, "epoch": value.epoch,
-                "replicas": _plain(value.replicas)}  # fmt: skip
-    if isinstance(value, NodeInfo):
-        return {name: getattr(value, name) for name in value.__dataclass_fields__}
-    if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _typed(name: str, value: Any) -> Any:
-    """JSON values -> dataclass values, by field name (the names are unique)."""
-    if name == "config":
-        return QueueSpec.from_dict(value)
-    if name == "replicas":
-        return tuple(ReplicaRef(str(node), int(port)) for node, port in value)
-    if name == "assignments":
-        return tuple(_assignment(a) for a in value)
-    return value
-
-
-def _assignment(obj: dict[str, Any]) -> PartitionAssignment:
-    return PartitionAssignment(obj["partition"], _typed("replicas", obj["replicas"]), obj["epoch"])
-
-
-def _dump(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
-
-
-# ---- the machine ----------------------------------------------------------------------------
+from raft_queue.core.metadata_commands import (
+    CreateQueue,
+    DeleteQueue,
+    DropMove,
+    FinishMove,
+    MetaCommand,
+    RegisterNode,
+    SetAssignment,
+    SetMovePhase,
+    SetNodeState,
+    StartMove,
+    UpdateQueue,
+    _dump,
+    _plain,
+    _typed,
+    decode_meta,
+    encode_meta,
+)
+from raft_queue.core.metadata_records import (
+    MOVE_PHASES,
+    NODE_STATES,
+    LocalReplica,
+    Move,
+    NodeInfo,
+    PartitionAssignment,
+    QueueRecord,
+    ReplicaRef,
+)
+
+# The names callers use as ``meta.X`` (records, commands, codec, machine).
+__all__ = [
+    "MOVE_PHASES", "NODE_STATES", "CreateQueue", "DeleteQueue", "DropMove", "FinishMove",
+    "LocalReplica", "MetaCommand", "MetadataMachine", "Move", "NodeInfo", "PartitionAssignment",
+    "QueueRecord", "RegisterNode", "ReplicaRef", "SetAssignment", "SetMovePhase", "SetNodeState",
+    "StartMove", "UpdateQueue", "decode_meta", "encode_meta",
+]  # fmt: skip
 
 
 class MetadataMachine:

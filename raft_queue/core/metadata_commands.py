@@ -1,0 +1,184 @@
+"""The metadata group's Raft entries: command dataclasses and their JSON
+codec (``encode_meta``/``decode_meta``). Metadata changes are rare, so
+readability beats compactness: one entry is ``{"v": 1, "type": <class name>,
+<fields>}`` as compact JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from raft_queue import errors
+from raft_queue.config import QueueSpec
+from raft_queue.core.metadata_records import NodeInfo, PartitionAssignment, ReplicaRef
+
+_CODEC_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterNode:
+    """Join or rejoin; idempotent. Updates the address and ranges; a dead,
+    suspect or removed node becomes alive again (a draining one stays so).
+    """
+
+    node_id: str
+    address: str
+    raft_host: str
+    raft_port_min: int
+    raft_port_max: int
+    rack: str = ""
+    controller: bool = False
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SetNodeState:
+    """Liveness or operator change; ``removed`` needs the node to host nothing."""
+
+    node_id: str
+    state: str
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CreateQueue:
+    """Create with pre-computed ``assignments`` (one per partition, in order).
+    Same name and spec as an existing queue: returns it (idempotent retry).
+    """
+
+    name: str
+    config: QueueSpec
+    assignments: tuple[PartitionAssignment, ...]
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateQueue:
+    """Replace the spec; IMMUTABLE_QUEUE_FIELDS must stay as they are."""
+
+    name: str
+    config: QueueSpec
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteQueue:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetAssignment:
+    """Move a partition's replicas (reassignment, repair, leader preference).
+    ``epoch`` must exceed the current one; ``uid`` (if not 0) must be the
+    queue's, so a change meant for a deleted queue cannot hit its successor.
+    """
+
+    queue: str
+    partition: int
+    replicas: tuple[ReplicaRef, ...]
+    epoch: int
+    uid: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StartMove:
+    """Record a move (checked like ``planner.validate_move``); one per partition."""
+
+    queue: str
+    partition: int
+    from_node: str
+    to_node: str
+    to_port: int
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SetMovePhase:
+    """``adding`` -> ``removing`` or ``cancelling``; repeating a phase is a no-op."""
+
+    queue: str
+    partition: int
+    phase: str
+
+
+@dataclass(frozen=True, slots=True)
+class FinishMove:
+    """A ``removing`` move is done: ``to`` replaces ``from_node`` in place, epoch + 1."""
+
+    queue: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class DropMove:
+    """Forget a move that is not ``removing`` (cancelled): the assignment is as before."""
+
+    queue: str
+    partition: int
+
+
+MetaCommand = (
+    RegisterNode | SetNodeState | CreateQueue | UpdateQueue | DeleteQueue | SetAssignment
+    | StartMove | SetMovePhase | FinishMove | DropMove
+)  # fmt: skip
+_COMMANDS: dict[str, type[Any]] = {
+    cls.__name__: cls
+    for cls in (RegisterNode, SetNodeState, CreateQueue, UpdateQueue, DeleteQueue, SetAssignment,
+                StartMove, SetMovePhase, FinishMove, DropMove)
+}  # fmt: skip
+
+
+def encode_meta(cmd: MetaCommand) -> bytes:
+    """One Raft entry: ``{"v": 1, "type": <class name>, <fields>}`` as compact JSON."""
+    body = {name: _plain(getattr(cmd, name)) for name in cmd.__dataclass_fields__}
+    return _dump({"v": _CODEC_VERSION, "type": type(cmd).__name__, **body})
+
+
+def decode_meta(data: bytes) -> MetaCommand:
+    """Inverse of encode_meta; a malformed entry is Internal (log corruption)."""
+    try:
+        obj = json.loads(data)
+        if obj.pop("v") != _CODEC_VERSION:
+            raise ValueError("unknown codec version")
+        cls = _COMMANDS[obj.pop("type")]
+        fields = {name: _typed(name, value) for name, value in obj.items()}
+        cmd: MetaCommand = cls(**fields)
+    except (ValueError, KeyError, TypeError, errors.InvalidArgument) as exc:
+        raise errors.Internal(f"undecodable metadata entry: {exc!r}") from exc
+    return cmd
+
+
+def _plain(value: Any) -> Any:
+    """Dataclass values -> JSON values (tuples become lists)."""
+    if isinstance(value, QueueSpec):
+        return value.to_dict()
+    if isinstance(value, ReplicaRef):
+        return [value.node_id, value.raft_port]
+    if isinstance(value, PartitionAssignment):
+        return {"partition": value.partition, "epoch": value.epoch,
+                "replicas": _plain(value.replicas)}  # fmt: skip
+    if isinstance(value, NodeInfo):
+        return {name: getattr(value, name) for name in value.__dataclass_fields__}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _typed(name: str, value: Any) -> Any:
+    """JSON values -> dataclass values, by field name (the names are unique)."""
+    if name == "config":
+        return QueueSpec.from_dict(value)
+    if name == "replicas":
+        return tuple(ReplicaRef(str(node), int(port)) for node, port in value)
+    if name == "assignments":
+        return tuple(_assignment(a) for a in value)
+    return value
+
+
+def _assignment(obj: dict[str, Any]) -> PartitionAssignment:
+    return PartitionAssignment(obj["partition"], _typed("replicas", obj["replicas"]), obj["epoch"])
+
+
+def _dump(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()

@@ -1,0 +1,100 @@
+"""Values of the metadata state (pure, immutable): nodes, queues, partition
+assignments and moves in flight. ``core/metadata.py`` holds the machine that
+changes them; ``core/metadata_commands.py`` the commands and their codec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from raft_queue.config import QueueSpec
+
+NODE_STATES = ("alive", "suspect", "dead", "draining", "removed")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaRef:
+    """One replica of a partition: the node and the Raft port it listens on."""
+
+    node_id: str
+    raft_port: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionAssignment:
+    """A partition's replicas; the first is the preferred leader. ``epoch``
+    grows with every change of the replica list (fences stale changes).
+    """
+
+    partition: int
+    replicas: tuple[ReplicaRef, ...]
+    epoch: int = 1
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        return tuple(r.node_id for r in self.replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """A registered node. ``address`` is its gRPC host:port; replicas listen
+    on ``raft_host`` at ports from ``[raft_port_min, raft_port_max]``.
+    """
+
+    node_id: str
+    address: str
+    raft_host: str
+    raft_port_min: int
+    raft_port_max: int
+    rack: str = ""
+    controller: bool = False
+    state: str = "alive"
+    registered_ms: int = 0
+    state_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRecord:
+    """A queue. ``uid`` is unique forever, so a re-created queue of the same
+    name never reuses the old one's replica data.
+    """
+
+    name: str
+    spec: QueueSpec
+    uid: int
+    created_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class LocalReplica:
+    """A replica hosted by one node (what its reconciler must run)."""
+
+    queue: str
+    uid: int
+    partition: int
+    assignment: PartitionAssignment
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """A replica move in flight (a Kafka "reassignment in progress"): the
+    replica on ``from_node`` is being replaced by ``to``. Phases: ``adding``
+    (``to`` starts and joins the group), ``removing`` (past the point of no
+    return: ``from_node`` leaves), ``cancelling`` (``to`` leaves again).
+    Recorded in the log so a new metadata leader resumes or cancels it.
+    """
+
+    queue: str
+    uid: int
+    partition: int
+    from_node: str
+    to: ReplicaRef
+    phase: str = "adding"
+    started_ms: int = 0
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.queue, self.partition)
+
+
+MOVE_PHASES = ("adding", "removing", "cancelling")
