@@ -10,8 +10,10 @@ timing); only hazard 5 needs real clocks and uses lower bounds.
 
 from __future__ import annotations
 
+import os
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -145,8 +147,31 @@ def test_hazard2_compaction_never_empties_the_log(impl: str) -> None:
     assert obj._SyncObj__getCurrentLogIndex() == 3
 
 
+def on_journal_sync(
+    monkeypatch: pytest.MonkeyPatch, inner: Any, path: str, hook: Callable[[], None]
+) -> None:
+    """Call ``hook`` whenever the journal file is synced, by msync (pysyncobj's
+    ``flush``) or by fdatasync/fsync of a descriptor of it (ours)."""
+    flush = inner.flush
+    inner.flush = lambda: (hook(), flush())[1]
+    journal = os.path.realpath(path)
+
+    def wrap(real: Callable[[int], None]) -> Callable[[int], None]:
+        def sync(fd: int) -> None:
+            if os.path.realpath(f"/proc/self/fd/{fd}") == journal:
+                hook()
+            real(fd)
+
+        return sync
+
+    for name in ("fdatasync", "fsync"):
+        monkeypatch.setattr(os, name, wrap(getattr(os, name)))
+
+
 @pytest.mark.parametrize("impl", IMPLS)
-def test_hazard3_follower_acks_only_after_journal_sync(impl: str, tmp_path: Any) -> None:
+def test_hazard3_follower_acks_only_after_journal_sync(
+    impl: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     conf = make_conf(
         journal_file=str(tmp_path / "journal"),
         dump_file=None,
@@ -158,8 +183,7 @@ def test_hazard3_follower_acks_only_after_journal_sync(impl: str, tmp_path: Any)
     raft_log = obj._SyncObj__raftLog
     inner = getattr(raft_log, "_inner", raft_log)
     events: list[str] = []
-    flush = inner.flush
-    inner.flush = lambda: (events.append("sync"), flush())[1]
+    on_journal_sync(monkeypatch, inner, conf.journalFile, lambda: events.append("sync"))
     orig_send = rec.__call__
 
     def send(node: Any, message: dict[str, Any]) -> bool:
@@ -182,7 +206,9 @@ def test_hazard3_follower_acks_only_after_journal_sync(impl: str, tmp_path: Any)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-def test_hazard3_leader_commits_only_synced_entries(impl: str, tmp_path: Any) -> None:
+def test_hazard3_leader_commits_only_synced_entries(
+    impl: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     conf = make_conf(
         journal_file=str(tmp_path / "journal"),
         dump_file=None,
@@ -194,10 +220,9 @@ def test_hazard3_leader_commits_only_synced_entries(impl: str, tmp_path: Any) ->
     inner = getattr(raft_log, "_inner", raft_log)
     synced = {"idx": 0}
     violations: list[tuple[int, int]] = []
-    flush, set_commit = inner.flush, inner.setRaftCommitIndex
+    set_commit = inner.setRaftCommitIndex
 
-    def on_flush() -> None:
-        flush()
+    def on_sync() -> None:
         synced["idx"] = inner[-1][1]
 
     def on_commit(idx: int) -> None:
@@ -205,7 +230,8 @@ def test_hazard3_leader_commits_only_synced_entries(impl: str, tmp_path: Any) ->
             violations.append((idx, synced["idx"]))
         set_commit(idx)
 
-    inner.flush, inner.setRaftCommitIndex = on_flush, on_commit
+    on_journal_sync(monkeypatch, inner, conf.journalFile, on_sync)
+    inner.setRaftCommitIndex = on_commit
     results: list[Any] = []
     deadline = time.monotonic() + 5
     while not obj._isLeader() and time.monotonic() < deadline:
