@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import logging
 import signal
-import sys
 from collections.abc import Callable
 
 import grpc
@@ -115,4 +114,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from raft_queue import errors
@@ -200,7 +201,7 @@ class Node:
                 self.replicas[key] = self._opening[key].result()
             del self._opening[key]
         for key in [k for k in self.replicas if k not in wanted]:
-            self.host.call(lambda k=key: self.host.remove(k.name)).result(30)
+            self.host.call(partial(self.host.remove, key.name)).result(30)
             del self.replicas[key]
             self.configured.pop(key, None)
             self._keys.pop(key.name, None)
@@ -244,7 +245,7 @@ class Node:
             if target is None or now - since < PREFER_AFTER_S:
                 continue
             self._leader_since[key] = now + PREFER_RETRY_S - PREFER_AFTER_S
-            self.host.call(lambda r=replica, t=target: r.transferLeadership(t))
+            self.host.call(partial(replica.transferLeadership, target))
 
     def _preferred_address(self, key: ReplicaKey) -> str | None:
         for a in self.view.assignments(key.queue):

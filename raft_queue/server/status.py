@@ -61,7 +61,7 @@ def _ascii(value: str) -> str:
 
 def _code_for(exc: errors.QueueError) -> grpc.StatusCode:
     for cls in type(exc).__mro__:
-        code = STATUS_CODES.get(cls)  # type: ignore[call-overload]
+        code = STATUS_CODES.get(cls)
         if code is not None:
             return code
     return grpc.StatusCode.INTERNAL
