@@ -22,16 +22,20 @@ from typing import Any
 
 from raft_queue import errors
 from raft_queue.config import IMMUTABLE_QUEUE_FIELDS, QueueSpec, check_name, check_queue_name
+from raft_queue.core import metadata_controllers as controllers
 from raft_queue.core.metadata_commands import (
     CreateQueue,
     DeleteQueue,
+    DropControllerChange,
     DropMove,
+    FinishControllerChange,
     FinishMove,
     MetaCommand,
     RegisterNode,
     SetAssignment,
     SetMovePhase,
     SetNodeState,
+    StartControllerChange,
     StartMove,
     UpdateQueue,
     _dump,
@@ -43,6 +47,7 @@ from raft_queue.core.metadata_commands import (
 from raft_queue.core.metadata_records import (
     MOVE_PHASES,
     NODE_STATES,
+    ControllerChange,
     LocalReplica,
     Move,
     NodeInfo,
@@ -53,10 +58,11 @@ from raft_queue.core.metadata_records import (
 
 # The names callers use as ``meta.X`` (records, commands, codec, machine).
 __all__ = [
-    "MOVE_PHASES", "NODE_STATES", "CreateQueue", "DeleteQueue", "DropMove", "FinishMove",
+    "MOVE_PHASES", "NODE_STATES", "ControllerChange", "CreateQueue", "DeleteQueue",
+    "DropControllerChange", "DropMove", "FinishControllerChange", "FinishMove",
     "LocalReplica", "MetaCommand", "MetadataMachine", "Move", "NodeInfo", "PartitionAssignment",
     "QueueRecord", "RegisterNode", "ReplicaRef", "SetAssignment", "SetMovePhase", "SetNodeState",
-    "StartMove", "UpdateQueue", "decode_meta", "encode_meta",
+    "StartControllerChange", "StartMove", "UpdateQueue", "decode_meta", "encode_meta",
 ]  # fmt: skip
 
 
@@ -70,6 +76,8 @@ class MetadataMachine:
         self._queues: dict[str, QueueRecord] = {}
         self._assignments: dict[str, tuple[PartitionAssignment, ...]] = {}
         self._moves: dict[tuple[str, int], Move] = {}
+        self._controllers: dict[str, str] = {}  # node id -> metadata Raft address
+        self._controller_change: ControllerChange | None = None
         self._next_uid = 1
         self.version = 0
 
@@ -99,6 +107,14 @@ class MetadataMachine:
 
     def move(self, queue: str, partition: int) -> Move | None:
         return self._moves.get((queue, partition))
+
+    def controllers(self) -> dict[str, str]:
+        """The metadata group's voters (node id -> Raft address), by node id;
+        empty until the first controller change (the config's list holds)."""
+        return {n: self._controllers[n] for n in sorted(self._controllers)}
+
+    def controller_change(self) -> ControllerChange | None:
+        return self._controller_change
 
     def replicas_on(self, node_id: str) -> list[LocalReplica]:
         """The replicas ``node_id`` must host, by queue then partition."""
@@ -134,11 +150,14 @@ class MetadataMachine:
                     f"node {cmd.node_id} hosts a replica on port {port}, outside the new range"
                 )
         state = "draining" if old is not None and old.state == "draining" else "alive"
+        # Once recorded, the voter set says who is a controller, not the node's config.
+        voter = cmd.node_id in self._controllers if self._controllers else cmd.controller
         node = NodeInfo(
             cmd.node_id, cmd.address, cmd.raft_host, cmd.raft_port_min, cmd.raft_port_max,
-            cmd.rack, cmd.controller, state,
+            cmd.rack, voter, state,
             registered_ms=old.registered_ms if old else cmd.now_ms,
             state_ms=old.state_ms if old and old.state == state else cmd.now_ms,
+            metadata_raft_port=cmd.metadata_raft_port,
         )  # fmt: skip
         if node != old:
             self._nodes[cmd.node_id] = node
@@ -241,7 +260,8 @@ class MetadataMachine:
             raise errors.FailedPrecondition(f"to_node: {cmd.to_node} is {target.state}, not alive")
         to = ReplicaRef(cmd.to_node, cmd.to_port)
         self._check_replicas((to,), self._used_ports())
-        move = Move(cmd.queue, record.uid, cmd.partition, cmd.from_node, to, "adding", cmd.now_ms)
+        move = Move(cmd.queue, record.uid, cmd.partition, cmd.from_node, to, "adding", cmd.now_ms,
+                    max(0, cmd.throttle_bytes_per_s))  # fmt: skip
         self._moves[move.key] = move
         self._changed()
         return move
@@ -282,6 +302,35 @@ class MetadataMachine:
         del self._moves[move.key]
         self._changed()
         return move
+
+    def _apply_StartControllerChange(self, cmd: StartControllerChange) -> ControllerChange:
+        voters, change = controllers.start_change(
+            self._controllers, self._controller_change, self._nodes, cmd
+        )
+        if change != self._controller_change or voters != self._controllers:
+            self._set_controllers(voters)
+            self._controller_change = change
+            self._changed()
+        return change
+
+    def _apply_FinishControllerChange(self, cmd: FinishControllerChange) -> dict[str, str]:
+        voters = controllers.finish_change(self._controllers, self._controller_change, cmd.node_id)
+        self._set_controllers(voters)
+        self._controller_change = None
+        self._changed()
+        return self.controllers()
+
+    def _apply_DropControllerChange(self, cmd: DropControllerChange) -> dict[str, str]:
+        controllers.check_drop(self._controller_change, cmd.node_id)
+        self._controller_change = None
+        self._changed()
+        return self.controllers()
+
+    def _set_controllers(self, voters: dict[str, str]) -> None:
+        self._controllers = dict(voters)
+        for node_id, node in list(self._nodes.items()):
+            if node.controller != (node_id in voters):
+                self._nodes[node_id] = replace(node, controller=node_id in voters)
 
     # -- checks --
     def _move(self, queue: str, partition: int) -> Move:
@@ -347,6 +396,8 @@ class MetadataMachine:
                 for q in self.queues()
             ],
             "moves": [_plain_move(m) for m in self.moves()],
+            "controllers": [[n, a] for n, a in self.controllers().items()],
+            "controller_change": _plain_change(self._controller_change),
         })  # fmt: skip
 
     @classmethod
@@ -365,9 +416,16 @@ class MetadataMachine:
             for m in obj.get("moves", ()):
                 move = Move(**{**m, "to": ReplicaRef(*m["to"])})
                 machine._moves[move.key] = move
+            machine._controllers = {str(n): str(a) for n, a in obj.get("controllers", ())}
+            change = obj.get("controller_change")
+            machine._controller_change = ControllerChange(*change) if change else None
         except (ValueError, KeyError, TypeError, errors.InvalidArgument) as exc:
             raise errors.Internal(f"bad metadata snapshot: {exc!r}") from exc
         return machine
+
+
+def _plain_change(change: ControllerChange | None) -> list[str] | None:
+    return [change.action, change.node_id, change.raft_address] if change else None
 
 
 def _plain_move(move: Move) -> dict[str, Any]:

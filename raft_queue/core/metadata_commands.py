@@ -31,6 +31,7 @@ class RegisterNode:
     rack: str = ""
     controller: bool = False
     now_ms: int = 0
+    metadata_raft_port: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +92,7 @@ class StartMove:
     to_node: str
     to_port: int
     now_ms: int = 0
+    throttle_bytes_per_s: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,14 +120,45 @@ class DropMove:
     partition: int
 
 
+@dataclass(frozen=True, slots=True)
+class StartControllerChange:
+    """Record that ``node_id`` joins (``add``) or leaves (``remove``) the
+    metadata group's voters; the metadata leader then changes the Raft
+    membership and commits ``FinishControllerChange``. ``voters`` is the
+    group's voter set as the leader knows it (node id, Raft address): it
+    seeds the recorded set when none was recorded yet (the config's
+    ``controllers`` bootstrapped the group)."""
+
+    action: str
+    node_id: str
+    raft_address: str = ""
+    voters: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FinishControllerChange:
+    """The membership change of ``node_id`` is committed: record the new voters."""
+
+    node_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DropControllerChange:
+    """Forget an ``add`` that was not made (e.g. the node never caught up)."""
+
+    node_id: str
+
+
 MetaCommand = (
     RegisterNode | SetNodeState | CreateQueue | UpdateQueue | DeleteQueue | SetAssignment
     | StartMove | SetMovePhase | FinishMove | DropMove
+    | StartControllerChange | FinishControllerChange | DropControllerChange
 )  # fmt: skip
 _COMMANDS: dict[str, type[Any]] = {
     cls.__name__: cls
     for cls in (RegisterNode, SetNodeState, CreateQueue, UpdateQueue, DeleteQueue, SetAssignment,
-                StartMove, SetMovePhase, FinishMove, DropMove)
+                StartMove, SetMovePhase, FinishMove, DropMove, StartControllerChange,
+                FinishControllerChange, DropControllerChange)
 }  # fmt: skip
 
 
@@ -173,6 +206,8 @@ def _typed(name: str, value: Any) -> Any:
         return tuple(ReplicaRef(str(node), int(port)) for node, port in value)
     if name == "assignments":
         return tuple(_assignment(a) for a in value)
+    if name == "voters":
+        return tuple((str(node), str(address)) for node, address in value)
     return value
 
 

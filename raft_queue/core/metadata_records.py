@@ -51,6 +51,7 @@ class NodeInfo:
     state: str = "alive"
     registered_ms: int = 0
     state_ms: int = 0
+    metadata_raft_port: int = 0  # where its metadata replica listens (0: not reported)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +92,7 @@ class Move:
     to: ReplicaRef
     phase: str = "adding"
     started_ms: int = 0
+    throttle_bytes_per_s: int = 0  # catch-up limit (0: the cluster default)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -98,3 +100,20 @@ class Move:
 
 
 MOVE_PHASES = ("adding", "removing", "cancelling")
+
+
+CONTROLLER_ACTIONS = ("add", "remove")
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerChange:
+    """A change of the metadata group's voters in flight: ``node_id`` (whose
+    metadata replica listens on ``raft_address``) joins or leaves. One at a
+    time, as Raft membership changes go."""
+
+    action: str
+    node_id: str
+    raft_address: str
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.node_id}"
