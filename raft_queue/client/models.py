@@ -204,10 +204,18 @@ class ClusterStatus:
 
 
 def _enum_name(value: int, enum: Any, prefix: str) -> str:
-    """DURABILITY_FSYNC -> "fsync"; unspecified -> ""."""
-    name = enum.Name(value) if value in enum.values() else ""
-    name = name.removeprefix(prefix).lower()
-    return "" if name == "unspecified" else name
+    """DURABILITY_FSYNC -> "fsync"; unspecified or unknown -> ""."""
+    names = _ENUM_NAMES.get(prefix)
+    if names is None:  # built once per enum: EnumTypeWrapper.values() builds a list per call
+        names = {
+            number: ("" if name == prefix + "UNSPECIFIED" else name.removeprefix(prefix).lower())
+            for name, number in enum.items()
+        }
+        _ENUM_NAMES[prefix] = names
+    return names.get(value, "")
+
+
+_ENUM_NAMES: dict[str, dict[int, str]] = {}
 
 
 def _enum_value(
@@ -221,7 +229,13 @@ def _enum_value(
 
 def _plain(pb: Any, cls: type) -> dict[str, Any]:
     """The fields of ``cls`` copied from same-named fields of ``pb``."""
-    return {f.name: getattr(pb, f.name) for f in dataclasses.fields(cls)}
+    names = _FIELD_NAMES.get(cls)
+    if names is None:  # dataclasses.fields() per call was a hot spot in receive
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return {name: getattr(pb, name) for name in names}
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
 def config_from_pb(pb: queue_pb2.QueueConfig) -> QueueConfig:
@@ -261,9 +275,19 @@ def queue_info_from_pb(pb: queue_pb2.QueueInfo) -> QueueInfo:
 
 
 def message_from_pb(pb: queue_pb2.Message) -> Message:
-    values = _plain(pb, Message)
-    values["headers"] = dict(pb.headers)
-    return Message(**values)
+    # Positional, in Message's field order: receive builds up to 1000 per call.
+    return Message(
+        pb.queue,
+        pb.partition,
+        pb.offset,
+        pb.body,
+        pb.key,
+        dict(pb.headers) if pb.headers else {},
+        pb.timestamp_ms,
+        pb.receipt,
+        pb.receive_count,
+        pb.dedup_id,
+    )
 
 
 def send_result_from_pb(pb: queue_pb2.SendResult) -> SendResult:
@@ -302,6 +326,11 @@ def cluster_status_from_pb(pb: admin_pb2.ClusterStatusResponse) -> ClusterStatus
     )
 
 
+def to_body(value: bytes | str) -> bytes:
+    """A message body as bytes (str as UTF-8); InvalidArgument("body") otherwise."""
+    return _to_bytes("body", value)
+
+
 def _to_bytes(field_name: str, value: bytes | str) -> bytes:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
@@ -312,16 +341,18 @@ def _to_bytes(field_name: str, value: bytes | str) -> bytes:
 
 def entry_to_pb(msg: OutgoingMessage, partition: int, dedup_id: str) -> queue_pb2.SendEntry:
     """The wire entry for ``msg``, placed on ``partition`` with its final dedup id."""
-    headers = {str(k): _to_bytes(f"headers.{k}", v) for k, v in (msg.headers or {}).items()}
-    return build_request(
-        queue_pb2.SendEntry,
-        body=_to_bytes("body", msg.body),
-        key=msg.key,
-        headers=headers,
-        dedup_id=dedup_id,
-        delay_ms=msg.delay_ms,
-        partition=partition,
-    )
+    fields: dict[str, Any] = {
+        "body": _to_bytes("body", msg.body),
+        "dedup_id": dedup_id,
+        "partition": partition,
+    }
+    if msg.key:
+        fields["key"] = msg.key
+    if msg.headers:
+        fields["headers"] = {str(k): _to_bytes(f"headers.{k}", v) for k, v in msg.headers.items()}
+    if msg.delay_ms:
+        fields["delay_ms"] = msg.delay_ms
+    return build_request(queue_pb2.SendEntry, **fields)
 
 
 def build_request(cls: Any, **fields: Any) -> Any:

@@ -13,13 +13,14 @@ every valid command, and ``decode`` of anything else raises
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from raft_queue.core.commands import (
     ORDERINGS,
     Ack,
     Append,
+    AppendBlobs,
     Batch,
     ChangeVisibility,
     Command,
@@ -77,9 +78,10 @@ _U32 = struct.Struct(">I")
 _U64_U32 = struct.Struct(">QI")
 
 
-def _put_parts(buf: bytearray, parts: list[bytes]) -> None:
+def _put_parts(buf: bytearray, parts: Sequence[bytes]) -> None:
+    pack = _U32.pack
     for part in parts:
-        buf += _U32.pack(len(part))
+        buf += pack(len(part))
         buf += part
 
 
@@ -105,6 +107,11 @@ def _read_parts(r: Reader, count: int) -> list[bytes]:
 def _enc_append(buf: bytearray, c: Append) -> None:
     buf += _U64_U32.pack(c.now_ms, len(c.records))
     _put_parts(buf, [to_blob(rec) for rec in c.records])
+
+
+def _enc_append_blobs(buf: bytearray, c: AppendBlobs) -> None:
+    buf += _U64_U32.pack(c.now_ms, len(c.blobs))
+    _put_parts(buf, c.blobs)
 
 
 def _read_append(r: Reader) -> tuple[int, list[bytes]]:
@@ -206,6 +213,8 @@ _CODECS: dict[int, tuple[type, _Enc, _Dec]] = {
     TAG_BATCH: (Batch, _enc_batch, _dec_batch),
 }
 _TAGS: dict[type, tuple[int, _Enc]] = {cls: (tag, enc) for tag, (cls, enc, _) in _CODECS.items()}
+# Encode-only: the same bytes as the Append of the same records.
+_TAGS[AppendBlobs] = (TAG_APPEND, _enc_append_blobs)
 
 
 def tag_of(cls: type) -> int:

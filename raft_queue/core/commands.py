@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from raft_queue.core import validate as v
 from raft_queue.core.records import NewRecord as NewRecord  # commands carry records
+from raft_queue.core.wire import U32_MAX, U64_MAX
 from raft_queue.errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -61,9 +62,17 @@ class ReceiptRef:
     epoch: int
 
     def __post_init__(self) -> None:
-        v.uint64("offset", self.offset)
-        v.uint32("epoch", self.epoch)
-        if self.epoch == 0:
+        offset, epoch = self.offset, self.epoch
+        if (
+            type(offset) is int
+            and type(epoch) is int
+            and 0 <= offset <= U64_MAX
+            and 0 < epoch <= U32_MAX
+        ):
+            return  # valid (the usual case, checked inline: one per receipt)
+        v.uint64("offset", offset)
+        v.uint32("epoch", epoch)
+        if epoch == 0:
             raise InvalidArgument("epoch", "must be >= 1")
 
 
@@ -85,6 +94,26 @@ class Append:
 
     def __post_init__(self) -> None:
         v.tuple_of("records", self.records, NewRecord)
+        v.uint64("now_ms", self.now_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendBlobs:
+    """An ``Append`` whose records are given as their blobs (``records.to_blob``
+    / ``records.plain_blob``): the leader's send path builds them straight from
+    the request, with no NewRecord per message. It encodes to exactly the bytes
+    of the equivalent Append (same tag, so nothing changes on the wire or on
+    disk), and ``decode`` gives that Append back. Each blob is checked as the
+    replicas check it (``records.check_blob``) when the entry is applied; a bad
+    one makes the whole entry fail with InvalidArgument("command") on every
+    replica, so build blobs only with the functions above."""
+
+    blobs: tuple[bytes, ...]
+    now_ms: int
+
+    def __post_init__(self) -> None:
+        if type(self.blobs) is not tuple:
+            raise InvalidArgument("blobs", "must be a tuple of bytes")
         v.uint64("now_ms", self.now_ms)
 
 
@@ -202,6 +231,7 @@ class Batch:
 Command: TypeAlias = (
     Configure
     | Append
+    | AppendBlobs
     | Lease
     | Ack
     | Nack
@@ -215,6 +245,7 @@ Command: TypeAlias = (
 _SIMPLE = (
     Configure,
     Append,
+    AppendBlobs,
     Lease,
     Ack,
     Nack,

@@ -28,6 +28,7 @@ from raft_queue.core.records import decode_value, head
 from raft_queue.core.results import NOT_FOUND, OK, STALE, LeasedMessage
 from raft_queue.core.state import (
     BLOCKED,
+    DELIVERY,
     FIFO,
     NEVER_LEASED,
     READY,
@@ -94,6 +95,7 @@ class _Grant(NamedTuple):
 
     deadline_ms: int
     event: bytes  # the history entry (now, consumer, deadline)
+    first: bytes  # the packed Delivery of a record's first lease (the same for all)
 
 
 def lease(
@@ -103,7 +105,8 @@ def lease(
     ``now + visibility_ms`` (0: the partition's visibility timeout)."""
     mature(view)
     deadline = later(view.now, visibility_ms or view.cfg.visibility_timeout_ms)
-    grant = _Grant(deadline, lease_event(view.now, consumer, deadline))
+    event = lease_event(view.now, consumer, deadline)
+    grant = _Grant(deadline, event, NEVER_LEASED.leased(deadline, event).pack())
     out: list[LeasedMessage] = []
     _lease_ready(view, max_records, grant, out)
     if len(out) < max_records:
@@ -150,11 +153,19 @@ def _lease_from_cursor(
     """Walk untouched records from the cursor: lease the visible ones, set
     aside the blocked and the individually delayed. A record held back only by
     the queue's delay stops the walk: timestamps never decrease, so no later
-    record can be visible yet."""
+    record can be visible yet.
+
+    A first lease (the bulk of a drain) is written as ``_grant`` would write
+    it, but its delivery value is the same for every record, and the rows go
+    to ``timers`` and ``delivery`` in one ``put_many`` each after the walk."""
     c, queue_delay, set_aside = view.c, view.cfg.delay_ms, 0
+    deadline, first = grant.deadline_ms, grant.first
+    timer_value = bytes((Status.LEASED,))
+    timers: list[tuple[bytes, bytes]] = []
+    deliveries: list[tuple[bytes, bytes]] = []
     for raw_key, value in view.txn.scan(RECORDS, u64(c.cursor)):
         if len(out) >= max_records or set_aside >= SET_ASIDE_LIMIT:
-            return
+            break
         offset, rec = int_of(raw_key), head(value)
         grouped = view.fifo and rec.key != b""
         if grouped and view.txn.get(FIFO, table_key(rec.key)) is not None:
@@ -165,14 +176,20 @@ def _lease_from_cursor(
             visible_at = rec.timestamp_ms + delay
             if delay and visible_at > c.clock:
                 if rec.delay_ms <= queue_delay:
-                    return
+                    break
                 view.set_delivery(offset, Delivery(Status.WAITING, 0, 0, visible_at), None)
                 set_aside += 1
-            else:
-                _grant(view, offset, value, None, grant, out)
+            else:  # == _grant(view, offset, value, None, grant, out)
+                timers.append((pair_key(deadline, offset), timer_value))
+                deliveries.append((raw_key, first))
+                out.append(LeasedMessage(decode_value(offset, value), 1, 1, deadline))
             if grouped:
                 view.txn.put(FIFO, table_key(rec.key), u64(offset))
         c.cursor = offset + 1
+    if timers:
+        view.txn.put_many(TIMERS, timers)
+        view.txn.put_many(DELIVERY, deliveries)
+        c.leased += len(timers)
 
 
 def release_group(view: View, offset: int, key: bytes | None = None) -> None:
@@ -253,6 +270,13 @@ def _current(view: View, ref: ReceiptRef) -> Delivery | str:
 
 
 def ack(view: View, offset: int, old: Delivery) -> None:
+    if old.status == Status.LEASED and not view.fifo:
+        # The usual ack, as set_delivery + release_group would do it.
+        view.txn.delete(TIMERS, pair_key(old.at_ms, offset))
+        view.txn.delete(DELIVERY, u64(offset))
+        view.c.leased -= 1
+        view.c.done += 1
+        return
     view.set_delivery(offset, None, old)
     view.c.done += 1
     release_group(view, offset)

@@ -8,7 +8,7 @@ bytes (big-endian integers therefore sort numerically).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 
@@ -23,6 +23,11 @@ class KVTxn(Protocol):
     def get(self, table: str, key: bytes) -> bytes | None: ...
 
     def put(self, table: str, key: bytes, value: bytes) -> None: ...
+
+    def put_many(self, table: str, items: Sequence[tuple[bytes, bytes]]) -> None:
+        """``put`` each (key, value) in order, in one call (LMDB: one cursor
+        ``putmulti``, about 2x cheaper per item than separate puts)."""
+        ...
 
     def delete(self, table: str, key: bytes) -> bool:
         """Remove ``key``; True if it existed."""

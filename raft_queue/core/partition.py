@@ -19,11 +19,12 @@ from collections.abc import Callable
 from itertools import islice
 from typing import Any
 
-from raft_queue.core import dedup, delivery, queries, retention
+from raft_queue.core import delivery, queries, retention
 from raft_queue.core.codec import TAG_APPEND, TAG_BATCH, decode, split_append, split_batch
 from raft_queue.core.commands import (
     Ack,
     Append,
+    AppendBlobs,
     Batch,
     ChangeVisibility,
     Command,
@@ -36,7 +37,13 @@ from raft_queue.core.commands import (
     Purge,
 )
 from raft_queue.core.kv import KVTxn
-from raft_queue.core.records import StoredRecord, decode_value, stored_value, to_blob
+from raft_queue.core.records import (
+    StoredRecord,
+    check_blob,
+    decode_value,
+    stored_value,
+    to_blob,
+)
 from raft_queue.core.results import (
     AppendItem,
     AppendResult,
@@ -48,15 +55,20 @@ from raft_queue.core.results import (
     Result,
 )
 from raft_queue.core.state import (
+    DEDUP,
     GROUPS,
     RECORDS,
     TABLES,
     View,
     int_of,
     load_counters,
+    pair_key,
     store_config,
+    table_key,
     u64,
+    unpack_pair,
 )
+from raft_queue.core.wire import Malformed
 from raft_queue.errors import InvalidArgument
 
 
@@ -169,27 +181,48 @@ def _append(view: View, cmd: Append) -> AppendResult:
     return _append_blobs(view, cmd.now_ms, records)
 
 
+def _append_given_blobs(view: View, cmd: AppendBlobs) -> AppendResult:
+    try:
+        records = [(blob, check_blob(blob)) for blob in cmd.blobs]
+    except Malformed as exc:
+        raise InvalidArgument("command", f"malformed Append: {exc}") from exc
+    return _append_blobs(view, cmd.now_ms, records)
+
+
 def _append_blobs(view: View, now_ms: int, records: list[tuple[bytes, bytes]]) -> AppendResult:
     """Dense offsets; ``timestamp_ms`` is ``now_ms``, raised if needed to the
     previous record's so timestamps never decrease (retention, delay and dedup
-    walk the log in time order). ``records``: (blob, dedup_id as UTF-8) pairs."""
-    c = view.c
+    walk the log in time order). ``records``: (blob, dedup_id as UTF-8) pairs.
+
+    The hot path of every replica: the dedup check of ``dedup.lookup_or_record``
+    is inlined, and the records go to the log in one ``put_many``."""
+    c, txn = view.c, view.txn
     ts = c.last_ts = max(now_ms, c.last_ts)
     view.at(ts)
-    dedup_on = view.cfg.dedup_window_ms > 0
-    put, offset, added = view.txn.put, c.next_offset, 0
+    window = view.cfg.dedup_window_ms
+    clock = c.clock
+    get, put = txn.get, txn.put
+    offset = c.next_offset
     items: list[AppendItem] = []
+    add_item = items.append
+    rows: list[tuple[bytes, bytes]] = []
+    add_row = rows.append
+    stamp = stored_value(ts, b"")  # the >Q timestamp every value starts with
     for blob, dedup_id in records:
-        if dedup_id and dedup_on:
-            original = dedup.lookup_or_record(view, dedup_id, offset, ts)
-            if original is not None:
-                items.append(AppendItem(original, True))
-                continue
-        value = stored_value(ts, blob)
-        put(RECORDS, u64(offset), value)
-        added += len(value)
-        items.append(AppendItem(offset, False))
+        if dedup_id and window > 0:
+            key = table_key(dedup_id)
+            raw = get(DEDUP, key)
+            if raw is not None:
+                original, original_ts = unpack_pair(raw)
+                if clock - original_ts < window:
+                    add_item(AppendItem(original, True))
+                    continue
+            put(DEDUP, key, pair_key(offset, ts))
+        add_row((u64(offset), stamp + blob))
+        add_item(AppendItem(offset, False))
         offset += 1
+    txn.put_many(RECORDS, rows)
+    added = sum(len(value) for _, value in rows)
     c.next_offset, c.stored_bytes = offset, c.stored_bytes + added
     return AppendResult(tuple(items))
 
@@ -247,6 +280,7 @@ def _batch(view: View, cmd: Batch) -> tuple[Result, ...]:
 _HANDLERS: dict[type, Callable[[View, Any], Result]] = {
     Configure: _configure,
     Append: _append,
+    AppendBlobs: _append_given_blobs,
     Lease: _lease,
     Ack: _ack,
     Nack: _nack,

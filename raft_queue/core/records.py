@@ -85,6 +85,19 @@ def to_blob(rec: NewRecord) -> bytes:
     return bytes(buf)
 
 
+def plain_blob(body: bytes, key: str, dedup_id: str) -> bytes:
+    """``to_blob(NewRecord(body, key, (), dedup_id, 0))`` without building the
+    record: the send path's bulk case (no headers, no delay). Same checks."""
+    dedup_raw, key_raw = dedup_id.encode(), key.encode()
+    if type(body) is not bytes:
+        raise InvalidArgument("body", "must be bytes")
+    if len(key_raw) > MAX_FIELD_BYTES:
+        raise InvalidArgument("key", f"longer than {MAX_FIELD_BYTES} bytes of UTF-8")
+    if len(dedup_raw) > MAX_FIELD_BYTES:
+        raise InvalidArgument("dedup_id", f"longer than {MAX_FIELD_BYTES} bytes of UTF-8")
+    return _BLOB.pack(0, len(dedup_raw), len(key_raw), 0) + dedup_raw + key_raw + body
+
+
 def from_blob(blob: bytes) -> NewRecord:
     """Inverse of ``to_blob``; Malformed if ``blob`` is not one."""
     delay_ms, dedup_id, key, headers, body = _parse(blob, 0)
@@ -146,5 +159,13 @@ def head(value: bytes) -> Head:
 
 
 def decode_value(offset: int, value: bytes) -> StoredRecord:
+    timestamp_ms, _delay, dedup_len, key_len, count = _HEAD.unpack_from(value)
+    if not count:  # the common case, sliced directly (values are ours: trusted)
+        start = _HEAD.size
+        end = start + dedup_len
+        stop = end + key_len
+        if stop <= len(value):
+            dedup_id, key = value[start:end].decode(), value[end:stop].decode()
+            return StoredRecord(offset, value[stop:], key, (), timestamp_ms, dedup_id)
     _delay, dedup_id, key, headers, body = _parse(value, _TS.size)
-    return StoredRecord(offset, body, key, headers, _TS.unpack_from(value)[0], dedup_id)
+    return StoredRecord(offset, body, key, headers, timestamp_ms, dedup_id)

@@ -56,45 +56,63 @@ class Sender:
             raise errors.InvalidArgument(
                 "entries", f"{len(entries)} messages; at most {self.limits.max_batch_messages}"
             )
-        by_part: dict[int, list[tuple[int, Any]]] = defaultdict(list)
-        for i, entry in enumerate(entries):
-            part = self.place(i, entry, q.spec.partitions)
-            by_part[part].append((i, convert.new_record(i, entry, q.spec)))
+        by_part = self._place_all(entries, q.spec.partitions)
+        try:
+            blobs = {p: convert.record_blobs(entries, idx, q.spec) for p, idx in by_part.items()}
+        except errors.InvalidArgument:
+            for i, entry in enumerate(entries):  # report the first bad entry, as in index order
+                convert.new_record(i, entry, q.spec)
+            raise
         results: list[Any] = [None] * len(entries)
         await asyncio.gather(
             *(
-                self._send_partition(q, part, items, entries, results, forwarded)
-                for part, items in by_part.items()
+                self._send_partition(q, part, idx, blobs[part], entries, results, forwarded)
+                for part, idx in by_part.items()
             )
         )
         return results
+
+    def _place_all(self, entries: Sequence[Any], partitions: int) -> dict[int, list[int]]:
+        """Entry indexes by partition, in index order within each."""
+        if partitions == 1:  # the common case: only an explicit bad partition can fail
+            for i, entry in enumerate(entries):
+                if entry.partition:
+                    self.place(i, entry, partitions)
+            return {0: list(range(len(entries)))}
+        by_part: dict[int, list[int]] = defaultdict(list)
+        for i, entry in enumerate(entries):
+            by_part[self.place(i, entry, partitions)].append(i)
+        return by_part
 
     async def _send_partition(
         self,
         q: Any,
         part: int,
-        items: list[tuple[int, Any]],
+        indexes: list[int],
+        blobs: tuple[bytes, ...],
         entries: Sequence[Any],
         results: list[Any],
         forwarded: bool,
     ) -> None:
         replica = self.c.local_leader(q.name, part, forwarded)
         if replica is not None:
-            records = tuple(rec for _, rec in items)
-            res, reached = await self.c.submit_append(replica, cmd.Append(records, now_ms()))
-            for (i, _), item in zip(items, res.items, strict=True):
-                results[i] = queue_pb2.SendResult(
+            command = cmd.AppendBlobs(blobs, now_ms())
+            res, reached = await self.c.submit_append(replica, command)
+            durability = convert.DURABILITY[reached]
+            result = queue_pb2.SendResult
+            for i, item in zip(indexes, res.items, strict=True):
+                results[i] = result(
                     partition=part,
                     offset=item.offset,
                     duplicate=item.duplicate,
-                    durability=convert.DURABILITY[reached],
+                    durability=durability,
                 )
             return
         sub = queue_pb2.SendRequest(queue=q.name)
-        for i, _ in items:
+        for i in indexes:
             entry = sub.entries.add()
             entry.CopyFrom(entries[i])
             entry.partition = part
         resp = await self.c.forward_to_leader(q.name, part, "Send", sub)
-        for (i, _), res in zip(items, resp.results, strict=True):
+        for i, res in zip(indexes, resp.results, strict=True):
             results[i] = res

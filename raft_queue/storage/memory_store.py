@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import struct
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import BinaryIO, TypeVar
 
@@ -81,6 +81,10 @@ class _MemoryTxn:
     def put(self, table: str, key: bytes, value: bytes) -> None:
         key = _checked(key)
         self.undo.append((table, key, self._writable(table).put(key, bytes(value))))
+
+    def put_many(self, table: str, items: Sequence[tuple[bytes, bytes]]) -> None:
+        for key, value in items:
+            self.put(table, key, value)
 
     def delete(self, table: str, key: bytes) -> bool:
         key = _checked(key)

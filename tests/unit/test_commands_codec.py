@@ -17,6 +17,7 @@ from raft_queue.core.codec import decode, encode
 from raft_queue.core.commands import (
     Ack,
     Append,
+    AppendBlobs,
     Batch,
     ChangeVisibility,
     Command,
@@ -220,3 +221,39 @@ def test_bad_fields_are_rejected_naming_the_field(build: Any, field: str) -> Non
     with pytest.raises(InvalidArgument) as info:
         build()
     assert info.value.field == field
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(records, max_size=5).map(tuple), u64)
+def test_append_blobs_encode_to_the_bytes_of_the_same_append(
+    recs: tuple[NewRecord, ...], now_ms: int
+) -> None:
+    from raft_queue.core.records import to_blob
+
+    blobs = AppendBlobs(tuple(to_blob(r) for r in recs), now_ms)
+    assert encode(blobs) == encode(Append(recs, now_ms))
+    assert decode(encode(blobs)) == Append(recs, now_ms)
+    assert encode(Batch((blobs, Lease("c", 1, 0, 1)))) == encode(
+        Batch((Append(recs, now_ms), Lease("c", 1, 0, 1)))
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=64), short, short)
+def test_plain_blob_is_the_blob_of_a_record_without_headers_or_delay(
+    body: bytes, key: str, dedup_id: str
+) -> None:
+    from raft_queue.core.records import plain_blob, to_blob
+
+    assert plain_blob(body, key, dedup_id) == to_blob(NewRecord(body, key, (), dedup_id, 0))
+
+
+def test_plain_blob_rejects_what_new_record_rejects() -> None:
+    from raft_queue.core.records import plain_blob
+
+    with pytest.raises(InvalidArgument, match="key"):
+        plain_blob(b"x", "k" * 70000, "")
+    with pytest.raises(InvalidArgument, match="dedup_id"):
+        plain_blob(b"x", "", "d" * 70000)
+    with pytest.raises(InvalidArgument, match="body"):
+        plain_blob(bytearray(b"x"), "", "")  # type: ignore[arg-type]

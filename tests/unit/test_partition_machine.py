@@ -338,6 +338,10 @@ class CountingTxn:
         self.puts[table] = self.puts.get(table, 0) + 1
         self._txn.put(table, key, value)
 
+    def put_many(self, table: str, items: Any) -> None:
+        self.puts[table] = self.puts.get(table, 0) + len(items)
+        self._txn.put_many(table, items)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._txn, name)
 
@@ -421,6 +425,22 @@ def test_apply_encoded_equals_apply_of_the_decoded_command() -> None:
         encoded_result = b.machine.apply_encoded(txn, encode(cmd))
     assert encoded_result == a.apply(cmd)
     assert a.digest() == b.digest()
+
+
+def test_append_blobs_applies_as_the_same_append() -> None:
+    from raft_queue.core.commands import AppendBlobs
+
+    a, b = Partition(), Partition()
+    recs = (
+        NewRecord(b"x", key="k", headers=(("h", b"1"),), dedup_id="d", delay_ms=3),
+        NewRecord(b"y", dedup_id="d"),
+        NewRecord(b"z"),
+    )
+    assert b.apply(AppendBlobs(tuple(to_blob(r) for r in recs), 7)) == a.apply(Append(recs, 7))
+    assert a.digest() == b.digest()
+    with pytest.raises(InvalidArgument) as info:
+        b.apply(AppendBlobs((b"\x00",), 8))
+    assert info.value.field == "command"
 
 
 def test_apply_rejects_what_is_not_a_command() -> None:

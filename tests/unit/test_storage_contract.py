@@ -397,3 +397,25 @@ def test_lmdb_maintenance_inside_an_open_txn_is_an_error_not_a_deadlock(tmp_path
         store.restore_from(image)
     finally:
         store.close()
+
+
+def test_put_many_stores_each_item_in_order_and_overwrites(store: LogStore) -> None:
+    with store.begin(write=True) as txn:
+        txn.put("records", k(1), b"old")
+        txn.put_many("records", [(k(3), b"c"), (k(1), b"a"), (k(2), b"b"), (k(3), b"last")])
+        txn.put_many("records", [])
+        assert txn.get("records", k(1)) == b"a"  # read-your-writes
+    assert items(store, "records") == [(k(1), b"a"), (k(2), b"b"), (k(3), b"last")]
+
+
+@pytest.mark.parametrize("key", [b"", b"x" * 512])
+def test_put_many_rejects_bad_keys_like_put(store: LogStore, key: bytes) -> None:
+    with store.begin(write=True) as txn, pytest.raises(errors.Internal):
+        txn.put_many("records", [(k(1), b"v"), (key, b"v")])
+
+
+def test_put_many_needs_a_write_txn_and_a_known_table(store: LogStore) -> None:
+    with store.begin() as txn, pytest.raises(errors.Internal):
+        txn.put_many("records", [(k(1), b"v")])
+    with store.begin(write=True) as txn, pytest.raises(KeyError):
+        txn.put_many("nope", [(k(1), b"v")])
