@@ -132,13 +132,19 @@ class ClusterTuning:
     # nodes differ by more than this, the metadata leader runs plan_leaders
     # (one transfer at a time). 0 = off (use ``raftq leaders balance``).
     leader_imbalance_max: int = 0
+    # Catch-up of a moved replica (repair, drain, rebalance, move) is limited
+    # to this many bytes/s unless the move names its own limit. 0 = no limit.
+    move_throttle_bytes_per_s: int = 0
 
     def __post_init__(self) -> None:
+        counts = ("leader_imbalance_max", "move_throttle_bytes_per_s")
         for f in dataclasses.fields(self):
-            if f.name != "leader_imbalance_max":
+            if f.name not in counts:
                 _check_positive(f"cluster.{f.name}", getattr(self, f.name))
-        if isinstance(self.leader_imbalance_max, bool) or self.leader_imbalance_max < 0:
-            raise ConfigError("cluster.leader_imbalance_max", "must be an integer >= 0")
+        for name in counts:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"cluster.{name}", "must be an integer >= 0")
         if not self.heartbeat_period_s < self.suspect_after_s <= self.dead_after_s:
             raise ConfigError(
                 "cluster.suspect_after_s",

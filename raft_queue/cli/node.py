@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from raft_queue._proto.raft_queue.v1 import admin_pb2
 from raft_queue.cli import operations as ops
 from raft_queue.cli.output import json_option, print_line
 
@@ -37,25 +36,29 @@ def node(ctx: click.Context, config_path: str | None, node_id: str, log_level: s
 
 
 def set_state(session: Session, node_id: str, state: str) -> None:
-    ops.admin(session, "SetNodeState", admin_pb2.SetNodeStateRequest(node=node_id, state=state))
+    session.client.set_node_state(node_id, state)
 
 
 @node.command("drain")
 @click.argument("node_id")
 @click.option("--dry-run/--execute", default=False, show_default=True)
+@click.option("--throttle", metavar="BYTES/S", default=None,
+              help="Limit each new replica's catch-up, e.g. 10MB/s.")  # fmt: skip
 @click.option("--move-timeout", type=float, default=600.0, show_default=True)
 @json_option
 @click.pass_obj
-def drain(session: Session, node_id: str, dry_run: bool, move_timeout: float,
-          as_json: bool) -> None:  # fmt: skip
+def drain(session: Session, node_id: str, dry_run: bool, throttle: str | None,
+          move_timeout: float, as_json: bool) -> None:  # fmt: skip
     """Mark NODE_ID draining, then move its preferred leaderships and replicas
     off it, one at a time (plan_drain). Then ``raftq node remove`` it."""
     if dry_run:
         ops.show_plan(ops.get_plan(session, "drain", node_id), as_json, f"drain {node_id}")
         return
+    rate = ops.parse_rate(throttle)
     set_state(session, node_id, "draining")
     plan = ops.get_plan(session, "drain", node_id)
-    ops.report_executed(plan, ops.execute_plan(session, plan, move_timeout, as_json), as_json)
+    done = ops.execute_plan(session, plan, move_timeout, as_json, throttle=rate)
+    ops.report_executed(plan, done, as_json)
 
 
 @node.command("remove")

@@ -20,9 +20,7 @@ from google.protobuf import json_format
 from rich.console import Console
 from rich.progress import Progress
 
-from raft_queue._proto.raft_queue.v1 import admin_pb2
 from raft_queue.cli.output import Column, print_json, print_line, print_objects
-from raft_queue.client.calls import Call
 from raft_queue.errors import Unavailable
 
 if TYPE_CHECKING:
@@ -37,8 +35,11 @@ MOVE_COLUMNS: list[Column] = [
     ("to", lambda m: f"{m.to_node}:{m.to_port}"),
     ("phase", lambda m: m.phase),
     ("caught up", lambda m: f"{m.match_index}/{m.leader_index}" if m.leader_index else "-"),
+    ("sent", lambda m: _sent(m)),
+    ("throttle", lambda m: f"{human_bytes(m.throttle_bytes_per_s)}/s" if m.throttle_bytes_per_s
+     else "-"),
     ("elapsed", lambda m: f"{max(0, time.time() * 1000 - m.started_ms) / 1000:.1f} s"),
-]
+]  # fmt: skip
 STEP_COLUMNS: list[Column] = [
     ("step", lambda s: s.kind),
     ("queue", lambda s: s.queue),
@@ -48,11 +49,41 @@ STEP_COLUMNS: list[Column] = [
 ]
 
 
-def admin(session: Session, rpc: str, request: Any, mutating: bool = True) -> Any:
-    """One AdminService call through the SDK's routing, retries and error
-    mapping (the SDK has no public admin surface for these yet)."""
-    call = Call(rpc, request, admin=True, mutating=mutating, idempotent=not mutating)
-    return session.client._call(call)
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2,
+          "mib": 1024**2, "g": 1000**3, "gb": 1000**3, "gib": 1024**3}  # fmt: skip
+
+
+def parse_rate(value: str | None) -> int:
+    """``--throttle``: bytes per second, e.g. ``5000000``, ``5MB/s``, ``512KiB``;
+    None or ``0``: no limit of the command's own (the cluster default holds)."""
+    if value is None:
+        return 0
+    text = value.strip().lower().removesuffix("/s").replace(" ", "")
+    number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = text[len(number) :]
+    try:
+        rate = float(number) * _UNITS[unit]
+    except (ValueError, KeyError):
+        raise click.BadParameter(
+            f"{value!r}: bytes per second, e.g. 5000000, 5MB/s or 512KiB/s", param_hint="--throttle"
+        ) from None
+    if rate < 0:
+        raise click.BadParameter("must be >= 0", param_hint="--throttle")
+    return int(rate)
+
+
+def human_bytes(n: int) -> str:
+    for unit, size in (("GB", 1000**3), ("MB", 1000**2), ("kB", 1000)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def _sent(m: Any) -> str:
+    if not m.bytes_sent and not m.snapshot_bytes:
+        return "-"
+    total = f" of {human_bytes(m.snapshot_bytes)} snapshot" if m.snapshot_bytes else ""
+    return f"{human_bytes(m.bytes_sent)}{total}"
 
 
 def message_json(msg: Any) -> Any:
@@ -68,7 +99,7 @@ def message_json(msg: Any) -> Any:
 
 
 def list_moves(session: Session) -> list[Any]:
-    return list(admin(session, "ListMoves", admin_pb2.ListMovesRequest(), mutating=False).moves)
+    return list(session.client.list_moves().moves)
 
 
 def wait_moved(session: Session, queue: str, partition: int, timeout_s: float,
@@ -88,8 +119,7 @@ def wait_moved(session: Session, queue: str, partition: int, timeout_s: float,
 
 
 def get_plan(session: Session, kind: str, node: str = "", max_moves: int = 0) -> Any:
-    req = admin_pb2.PlanRequest(kind=kind, node=node, max_moves=max_moves)
-    return admin(session, "Plan", req, mutating=False)
+    return session.client.plan(kind, node=node, max_moves=max_moves)
 
 
 def show_plan(plan: Any, as_json: bool, title: str) -> None:
@@ -103,23 +133,40 @@ def show_plan(plan: Any, as_json: bool, title: str) -> None:
         print_line("more moves are needed: run again after this plan", stderr=True)
 
 
-def execute_plan(session: Session, plan: Any, move_timeout_s: float, as_json: bool) -> int:
-    """Run the steps in order, one at a time; returns the number executed."""
+def execute_plan(session: Session, plan: Any, move_timeout_s: float, as_json: bool,
+                 throttle: int = 0) -> int:  # fmt: skip
+    """Run the steps in order, one at a time (each move's catch-up limited to
+    ``throttle`` bytes/s; 0: the cluster default); returns the number executed."""
+    client = session.client
     with Progress(console=Console(stderr=True), disable=as_json) as bar:
         task = bar.add_task("executing", total=len(plan.steps))
         for step in plan.steps:
             label = f"{step.kind} {step.queue}/{step.partition} -> {step.to_node}"
             bar.update(task, description=label)
             if step.kind == "leader":
-                admin(session, "TransferLeader", admin_pb2.TransferLeaderRequest(
-                    queue=step.queue, partition=step.partition, to_node=step.to_node))  # fmt: skip
+                client.transfer_leader(step.queue, step.partition, step.to_node)
             else:
-                admin(session, "MovePartition", admin_pb2.MovePartitionRequest(
-                    queue=step.queue, partition=step.partition, from_node=step.from_node,
-                    to_node=step.to_node, to_port=step.to_port))  # fmt: skip
-                wait_moved(session, step.queue, step.partition, move_timeout_s)
+                client.move_partition(step.queue, step.partition, step.from_node, step.to_node,
+                                      step.to_port, throttle_bytes_per_s=throttle)  # fmt: skip
+
+                def show(m: Any, label: str = label) -> None:
+                    bar.update(task, description=f"{label}: {move_progress(m)}")
+
+                wait_moved(session, step.queue, step.partition, move_timeout_s, on_poll=show)
             bar.advance(task)
     return len(plan.steps)
+
+
+def move_progress(m: Any) -> str:
+    """One line: phase, log catch-up and bytes sent (under a throttle)."""
+    parts = [m.phase]
+    if m.leader_index:
+        parts.append(f"log {m.match_index}/{m.leader_index}")
+    if m.bytes_sent or m.snapshot_bytes:
+        parts.append(f"sent {_sent(m)}")
+    if m.throttle_bytes_per_s:
+        parts.append(f"at <= {human_bytes(m.throttle_bytes_per_s)}/s")
+    return ", ".join(parts)
 
 
 def report_executed(plan: Any, count: int, as_json: bool) -> None:
@@ -127,11 +174,3 @@ def report_executed(plan: Any, count: int, as_json: bool) -> None:
         print_json({**message_json(plan), "executed": True, "steps_done": count})
     else:
         print_line(f"{count} steps executed")
-
-
-def reject_throttle(throttle: int | None) -> None:
-    if throttle is not None:
-        raise click.UsageError(
-            "--throttle is not implemented: pysyncobj has no rate limit on snapshot "
-            "transfer (moves already run one at a time); see docs/operations.md"
-        )

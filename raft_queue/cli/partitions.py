@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import time
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from raft_queue._proto.raft_queue.v1 import admin_pb2
 from raft_queue.cli import operations as ops
 from raft_queue.cli.output import Column, json_option, print_json, print_line, print_objects
 
@@ -27,6 +26,15 @@ PARTITION_COLUMNS: list[Column] = [
     ("epoch", attrgetter("epoch")),
     ("commit index", attrgetter("commit_index")),
 ]
+
+
+throttle_option = click.option(
+    "--throttle",
+    metavar="BYTES/S",
+    default=None,
+    help="Limit each new replica's catch-up (snapshot + log) to this rate, e.g. 10MB/s "
+    "(default: the cluster's move_throttle_bytes_per_s, 0 = none).",
+)
 
 
 @click.group()
@@ -58,18 +66,26 @@ def describe(session: Session, queue: str | None, as_json: bool) -> None:
 @click.option("--port", "to_port", type=click.IntRange(0, 65535), default=0,
               help="Raft port on --to (default: its lowest free one).")  # fmt: skip
 @click.option("--wait/--no-wait", default=True, show_default=True, help="Until the move is done.")
+@throttle_option
 @click.option("--move-timeout", type=float, default=600.0, show_default=True)
 @json_option
 @click.pass_obj
 def move(session: Session, queue: str, partition: int, from_node: str, to_node: str,
-         to_port: int, wait: bool, move_timeout: float, as_json: bool) -> None:  # fmt: skip
+         to_port: int, wait: bool, throttle: str | None, move_timeout: float,
+         as_json: bool) -> None:  # fmt: skip
     """Replace PARTITION's replica on --from by a new one on --to (add, catch up, remove)."""
-    req = admin_pb2.MovePartitionRequest(queue=queue, partition=partition, from_node=from_node,
-                                         to_node=to_node, to_port=to_port)  # fmt: skip
-    info = ops.admin(session, "MovePartition", req)
+    rate = ops.parse_rate(throttle)
+    info = session.client.move_partition(queue, partition, from_node, to_node, to_port,
+                                         throttle_bytes_per_s=rate)  # fmt: skip
     started = time.monotonic()
     if wait:
-        ops.wait_moved(session, queue, partition, move_timeout)
+
+        def show(m: Any) -> None:
+            if not as_json:
+                print_line(f"{queue}/{partition} -> {to_node}: {ops.move_progress(m)}",
+                           stderr=True)  # fmt: skip
+
+        ops.wait_moved(session, queue, partition, move_timeout, on_poll=show)
     elapsed = time.monotonic() - started
     if as_json:
         print_json({**ops.message_json(info), "done": wait, "elapsed_s": round(elapsed, 3)})
@@ -86,8 +102,7 @@ def move(session: Session, queue: str, partition: int, from_node: str, to_node: 
 @click.pass_obj
 def cancel(session: Session, queue: str, partition: int, as_json: bool) -> None:
     """Cancel PARTITION's move (refused once it removes the old replica)."""
-    req = admin_pb2.CancelMoveRequest(queue=queue, partition=partition)
-    info = ops.admin(session, "CancelMove", req)
+    info = session.client.cancel_move(queue, partition)
     if as_json:
         print_json(ops.message_json(info))
     else:
@@ -98,7 +113,8 @@ def cancel(session: Session, queue: str, partition: int, as_json: bool) -> None:
 @json_option
 @click.pass_obj
 def status(session: Session, as_json: bool) -> None:
-    """Moves in flight: phase, catch-up (new replica's log index / leader's), elapsed time."""
+    """Moves in flight: phase, catch-up (new replica's log index / leader's),
+    bytes sent under a throttle, elapsed time."""
     moves = ops.list_moves(session)
     if as_json:
         print_json([ops.message_json(m) for m in moves])
@@ -110,19 +126,20 @@ def status(session: Session, as_json: bool) -> None:
 @click.option("--dry-run/--execute", default=True, show_default=True,
               help="Show the plan, or run it (moves one at a time).")  # fmt: skip
 @click.option("--max-moves", type=click.IntRange(min=0), default=0, help="0: no limit.")
-@click.option("--throttle", type=int, default=None, help="Not implemented (rejected).")
+@throttle_option
 @click.option("--move-timeout", type=float, default=600.0, show_default=True)
 @json_option
 @click.pass_obj
-def rebalance(session: Session, dry_run: bool, max_moves: int, throttle: int | None,
+def rebalance(session: Session, dry_run: bool, max_moves: int, throttle: str | None,
               move_timeout: float, as_json: bool) -> None:  # fmt: skip
     """Even out replicas and preferred leaders (core/planner.py plan_rebalance)."""
-    ops.reject_throttle(throttle)
+    rate = ops.parse_rate(throttle)
     plan = ops.get_plan(session, "rebalance", max_moves=max_moves)
     if dry_run:
         ops.show_plan(plan, as_json, "rebalance plan")
         return
-    ops.report_executed(plan, ops.execute_plan(session, plan, move_timeout, as_json), as_json)
+    done = ops.execute_plan(session, plan, move_timeout, as_json, throttle=rate)
+    ops.report_executed(plan, done, as_json)
 
 
 @click.group()

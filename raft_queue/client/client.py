@@ -23,6 +23,7 @@ import grpc
 
 from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.client import calls
+from raft_queue.client.admin import AdminSurface
 from raft_queue.client.calls import MAX_BATCH, Call, Flow, Receipts
 from raft_queue.client.errors import from_rpc_error
 from raft_queue.client.models import (
@@ -56,7 +57,7 @@ def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[str]:
     return addresses
 
 
-class Surface:
+class Surface(AdminSurface):
     """Every SDK method, written once: each returns ``self._run(flow)``. The
     sync ``Client`` runs the flow to its result; ``aio.AsyncClient`` returns
     a coroutine of it, so the same methods are awaited there."""

@@ -5,6 +5,10 @@ Actions: ``members`` and ``progress`` are answered by any replica (the
 mover asks every replica to find the leader); ``add``, ``remove`` and
 ``transfer`` need the local replica to lead, else NotLeader. ``add`` and
 ``remove`` answer once the change is committed (membership.py).
+``add`` and ``progress`` also (re)set the catch-up limit on the member
+(``throttle_bytes_per_s``, 0 lifts it; replication/throttle.py): the mover
+renews it with every poll, so it expires soon after the move stops polling
+and a new partition leader gets it on the next poll.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2
-from raft_queue.replication import membership
+from raft_queue.replication import membership, throttle
 from raft_queue.replication.partition import PartitionReplica
 
 CHANGE_TIMEOUT_S = 10.0
@@ -32,6 +36,9 @@ async def member_change(node: Any, request: Any) -> Any:
             raise errors.InvalidArgument("address", "needed for " + action)
         if not replica.is_leader():
             raise errors.NotLeader("not the partition leader", "")
+    if action in ("add", "progress"):
+        rate = int(request.throttle_bytes_per_s)
+        await _on_driver(node, lambda: throttle.set_limit(replica, address, rate))
     if action == "add":
         await _wait(membership.add_member(replica, address))
     elif action == "remove":
@@ -53,6 +60,9 @@ async def _describe(node: Any, replica: PartitionReplica, address: str) -> Any:
             p = membership.progress(replica, address)
             out.match_index, out.leader_index = p.match_index, p.leader_index
             out.connected, out.caught_up = p.connected, p.caught_up
+            limit = throttle.limit_of(replica, address)
+            out.bytes_sent = limit.bytes_sent if limit is not None else 0
+            out.snapshot_bytes = throttle.snapshot_bytes(replica)
         return out
 
     return await _on_driver(node, read)

@@ -54,7 +54,8 @@ class Mover:
         self.tuning = tuning
         self.node = cluster.node
         self.tasks: dict[tuple[str, int], asyncio.Task[None]] = {}
-        self.progress: dict[tuple[str, int], tuple[int, int]] = {}  # (match, leader index)
+        # The last MemberChange "progress" answer per move (match/leader index, bytes).
+        self.progress: dict[tuple[str, int], Any] = {}
         self._repair: asyncio.Task[None] | None = None
 
     def leading(self) -> bool:
@@ -161,23 +162,31 @@ class Mover:
             await self._leave(move, from_addr, away_to=to_addr)
             await self._submit(meta.FinishMove(*key))
 
+    def throttle_of(self, move: meta.Move) -> int:
+        """The move's catch-up limit in bytes/s: its own, else the cluster's (0: none)."""
+        return int(move.throttle_bytes_per_s or self.tuning.move_throttle_bytes_per_s)
+
     async def _add_and_catch_up(self, move: meta.Move, to_addr: str) -> bool:
         """Add Y and wait until it is caught up, then record ``removing``.
-        False if the move was cancelled meanwhile."""
+        False if the move was cancelled meanwhile. Every poll renews Y's
+        catch-up limit on the partition leader (members.py)."""
+        rate = self.throttle_of(move)
         while True:
             if self._cancelled(move):
                 return False
             group = await self._members(move)
             if to_addr not in group.members:
-                await self._on_leader(move, "add", to_addr)
+                await self._on_leader(move, "add", to_addr, rate)
                 continue
-            p = await self._on_leader(move, "progress", to_addr)
+            p = await self._on_leader(move, "progress", to_addr, rate)
             if p is None:
                 continue
-            self.progress[move.key] = (p.match_index, p.leader_index)
+            self.progress[move.key] = p
             if p.caught_up:
                 break
             await asyncio.sleep(POLL_S)
+        if rate:
+            await self._on_leader(move, "progress", to_addr, 0)  # lift it (it expires anyway)
         try:
             await self._submit(meta.SetMovePhase(move.queue, move.partition, "removing"))
         except errors.FailedPrecondition:
@@ -231,13 +240,13 @@ class Mover:
                     return ans
             await asyncio.sleep(POLL_S)
 
-    async def _on_leader(self, move: meta.Move, action: str, address: str) -> Any:
+    async def _on_leader(self, move: meta.Move, action: str, address: str, rate: int = 0) -> Any:
         """Run ``action`` on whichever replica accepts it (the leader); None
         after a round where none did (callers re-check the group and retry:
         an add whose answer was lost must not be added twice)."""
         for node_id in self._replica_nodes(move):
             try:
-                return await self._ask(node_id, move, action, address)
+                return await self._ask(node_id, move, action, address, rate)
             except LostLeadership:
                 raise
             except Exception as exc:
@@ -245,12 +254,15 @@ class Mover:
         await asyncio.sleep(POLL_S)
         return None
 
-    async def _ask(self, node_id: str, move: meta.Move, action: str, address: str) -> Any:
+    async def _ask(
+        self, node_id: str, move: meta.Move, action: str, address: str, rate: int = 0
+    ) -> Any:
         if not self.leading():
             raise LostLeadership
         req = admin_pb2.MemberChangeRequest(
-            queue=move.queue, partition=move.partition, action=action, address=address
-        )
+            queue=move.queue, partition=move.partition, action=action, address=address,
+            throttle_bytes_per_s=rate,
+        )  # fmt: skip
         if node_id == self.node.id:
             return await member_change(self.node, req)
         stub = self.c.peers.admin(self.node.node_address(node_id))

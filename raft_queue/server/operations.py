@@ -41,7 +41,8 @@ class Operations:
         self._require_leader()
         step = planner.MoveReplica(req.queue, req.partition, req.from_node, req.to_node,
                                    req.to_port)  # fmt: skip
-        return self.move_info(await start_step(self.node, step))
+        move = await start_step(self.node, step, throttle_bytes_per_s=req.throttle_bytes_per_s)
+        return self.move_info(move)
 
     async def cancel(self, req: Any) -> Any:
         """Refused (FailedPrecondition) once the move removes its old replica."""
@@ -92,11 +93,13 @@ class Operations:
         return plan_to_pb(result)
 
     def move_info(self, move: meta.Move) -> Any:
-        match, leader = self.mover.progress.get(move.key, (0, 0))
+        p = self.mover.progress.get(move.key) or admin_pb2.MemberChangeResponse()
         return admin_pb2.MoveInfo(
             queue=move.queue, partition=move.partition, from_node=move.from_node,
             to_node=move.to.node_id, to_port=move.to.raft_port, phase=move.phase,
-            started_ms=move.started_ms, match_index=match, leader_index=leader,
+            started_ms=move.started_ms, match_index=p.match_index, leader_index=p.leader_index,
+            throttle_bytes_per_s=self.mover.throttle_of(move), bytes_sent=p.bytes_sent,
+            snapshot_bytes=p.snapshot_bytes,
         )  # fmt: skip
 
 
@@ -104,10 +107,11 @@ def assignments(view: meta.MetadataMachine) -> dict[str, list[meta.PartitionAssi
     return {q.name: view.assignments(q.name) for q in view.queues()}
 
 
-async def start_step(node: Any, step: planner.Step) -> Any:
+async def start_step(node: Any, step: planner.Step, throttle_bytes_per_s: int = 0) -> Any:
     """Check one plan step against the current metadata (validate_move) and
-    record it: a MoveReplica becomes a Move in flight (the mover runs it), a
-    TransferLeader a SetAssignment reordering the replicas. Returns the
+    record it: a MoveReplica becomes a Move in flight (the mover runs it,
+    limiting catch-up to ``throttle_bytes_per_s``, 0: the cluster default),
+    a TransferLeader a SetAssignment reordering the replicas. Returns the
     command's result (Move or PartitionAssignment)."""
     view = node.view
     step = planner.validate_move(
@@ -115,7 +119,8 @@ async def start_step(node: Any, step: planner.Step) -> Any:
     )
     if isinstance(step, planner.MoveReplica):
         cmd: Any = meta.StartMove(step.queue, step.partition, step.from_node, step.to_node,
-                                  step.to_port, int(time.time() * 1000))  # fmt: skip
+                                  step.to_port, int(time.time() * 1000),
+                                  throttle_bytes_per_s)  # fmt: skip
     else:
         new = planner.apply_plan(assignments(view), [step])[step.queue][step.partition]
         uid = node.queue_spec(step.queue).uid

@@ -15,9 +15,6 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from raft_queue._proto.raft_queue.v1 import admin_pb2
-from raft_queue.cli import operations as ops
-from raft_queue.cli.main import Session
 from raft_queue.cli.main import main as raftq
 from raft_queue.testing.cluster import LocalCluster
 from tests.integration.conftest import Producer, read_all, wait_identical_replicas
@@ -50,8 +47,10 @@ def four_patient(tmp_path: Path) -> Iterator[LocalCluster]:
                                   "repair_after_s": 60.0})  # fmt: skip
 
 
-def running(tmp_path: Path, tuning: dict[str, float]) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path / "cluster", nodes=4, cluster_tuning=tuning)
+def running(
+    tmp_path: Path, tuning: dict[str, float], raft: dict[str, Any] | None = None
+) -> Iterator[LocalCluster]:
+    c = LocalCluster(tmp_path / "cluster", nodes=4, cluster_tuning=tuning, raft=raft or {})
     c.start()
     try:
         c.wait_ready(60)
@@ -242,11 +241,9 @@ def test_leaders_balance_evens_out_preferred_leaders_and_raft_follows(
 ) -> None:
     client = four.client()
     client.create_queue("q", partitions=4, replication_factor=3)
-    session = Session(four.bootstrap, 10.0)
     for p, nodes in replicas_of(client, "q").items():  # pile preferred leaders on n1
         if "n1" in nodes and nodes[0] != "n1":
-            req = admin_pb2.TransferLeaderRequest(queue="q", partition=p, to_node="n1")
-            ops.admin(session, "TransferLeader", req)
+            client.transfer_leader("q", p, "n1")
     assert len(json.loads(cli(four, "leaders", "balance", "--dry-run", "--json").output)["steps"])
     result = cli(four, "leaders", "balance")
     assert result.exit_code == 0, result.output
@@ -258,7 +255,6 @@ def test_leaders_balance_evens_out_preferred_leaders_and_raft_follows(
         return all(p.leader == p.replicas[0] for p in client.partitions("q"))
 
     wait_for(raft_follows, 30, "raft leaders to follow the preferred order")
-    session.close()
 
 
 def test_a_new_metadata_leader_resumes_a_move_in_flight(four_patient: LocalCluster) -> None:
@@ -299,15 +295,12 @@ def test_leaders_are_balanced_automatically_above_the_threshold(
     four = four_balancing
     client = four.client()
     client.create_queue("q", partitions=4, replication_factor=3)
-    session = Session(four.bootstrap, 10.0)
     epochs = sum(p.epoch for p in client.partitions("q"))
     piled = 0
     for p, nodes in replicas_of(client, "q").items():  # pile preferred leaders on n1
         if "n1" in nodes and nodes[0] != "n1":
-            req = admin_pb2.TransferLeaderRequest(queue="q", partition=p, to_node="n1")
-            ops.admin(session, "TransferLeader", req)
+            client.transfer_leader("q", p, "n1")
             piled += 1
-    session.close()
 
     def balanced() -> bool:
         firsts = Counter(nodes[0] for nodes in replicas_of(client, "q").values())

@@ -270,3 +270,21 @@ def test_unreachable_server_is_one_line_exit_1():
     failed(result)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: unavailable")
+
+
+@pytest.mark.parametrize(
+    ("text", "rate"),
+    [(None, 0), ("0", 0), ("5000000", 5_000_000), ("5MB/s", 5_000_000), ("512KiB", 524_288),
+     ("1.5 mb/s", 1_500_000), ("2g", 2_000_000_000)],
+)  # fmt: skip
+def test_throttle_rates_parse_with_units(text, rate):
+    from raft_queue.cli.operations import parse_rate
+
+    assert parse_rate(text) == rate
+
+
+@pytest.mark.parametrize("text", ["fast", "5XB/s", "-1", "MB"])
+def test_a_bad_throttle_is_a_usage_error_naming_the_option(raftq, text):
+    result = raftq("partitions", "rebalance", "--execute", "--throttle", text)
+    assert result.exit_code == 2
+    assert "--throttle" in result.output

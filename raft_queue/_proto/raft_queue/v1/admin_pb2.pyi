@@ -75,18 +75,22 @@ class ClusterStatusRequest(_message.Message):
     def __init__(self, include_digests: _Optional[bool] = ...) -> None: ...
 
 class ClusterStatusResponse(_message.Message):
-    __slots__ = ("nodes", "metadata_leader", "metadata_version", "replicas", "unreachable")
+    __slots__ = ("nodes", "metadata_leader", "metadata_version", "replicas", "unreachable", "controllers", "controller_change")
     NODES_FIELD_NUMBER: _ClassVar[int]
     METADATA_LEADER_FIELD_NUMBER: _ClassVar[int]
     METADATA_VERSION_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     UNREACHABLE_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLERS_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_CHANGE_FIELD_NUMBER: _ClassVar[int]
     nodes: _containers.RepeatedCompositeFieldContainer[NodeInfo]
     metadata_leader: str
     metadata_version: int
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaStatus]
     unreachable: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ..., metadata_leader: _Optional[str] = ..., metadata_version: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., unreachable: _Optional[_Iterable[str]] = ...) -> None: ...
+    controllers: _containers.RepeatedCompositeFieldContainer[ControllerInfo]
+    controller_change: str
+    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ..., metadata_leader: _Optional[str] = ..., metadata_version: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., unreachable: _Optional[_Iterable[str]] = ..., controllers: _Optional[_Iterable[_Union[ControllerInfo, _Mapping]]] = ..., controller_change: _Optional[str] = ...) -> None: ...
 
 class NodeStatusRequest(_message.Message):
     __slots__ = ("include_digests",)
@@ -105,7 +109,7 @@ class NodeStatusResponse(_message.Message):
     def __init__(self, node: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., metadata_version: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("node", "address", "raft_host", "rack", "metadata_version", "raft_port_min", "raft_port_max", "controller")
+    __slots__ = ("node", "address", "raft_host", "rack", "metadata_version", "raft_port_min", "raft_port_max", "controller", "metadata_raft_port")
     NODE_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     RAFT_HOST_FIELD_NUMBER: _ClassVar[int]
@@ -114,6 +118,7 @@ class HeartbeatRequest(_message.Message):
     RAFT_PORT_MIN_FIELD_NUMBER: _ClassVar[int]
     RAFT_PORT_MAX_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_FIELD_NUMBER: _ClassVar[int]
+    METADATA_RAFT_PORT_FIELD_NUMBER: _ClassVar[int]
     node: str
     address: str
     raft_host: str
@@ -122,7 +127,8 @@ class HeartbeatRequest(_message.Message):
     raft_port_min: int
     raft_port_max: int
     controller: bool
-    def __init__(self, node: _Optional[str] = ..., address: _Optional[str] = ..., raft_host: _Optional[str] = ..., rack: _Optional[str] = ..., metadata_version: _Optional[int] = ..., raft_port_min: _Optional[int] = ..., raft_port_max: _Optional[int] = ..., controller: _Optional[bool] = ...) -> None: ...
+    metadata_raft_port: int
+    def __init__(self, node: _Optional[str] = ..., address: _Optional[str] = ..., raft_host: _Optional[str] = ..., rack: _Optional[str] = ..., metadata_version: _Optional[int] = ..., raft_port_min: _Optional[int] = ..., raft_port_max: _Optional[int] = ..., controller: _Optional[bool] = ..., metadata_raft_port: _Optional[int] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("metadata_version",)
@@ -131,7 +137,7 @@ class HeartbeatResponse(_message.Message):
     def __init__(self, metadata_version: _Optional[int] = ...) -> None: ...
 
 class MoveInfo(_message.Message):
-    __slots__ = ("queue", "partition", "from_node", "to_node", "to_port", "phase", "started_ms", "match_index", "leader_index")
+    __slots__ = ("queue", "partition", "from_node", "to_node", "to_port", "phase", "started_ms", "match_index", "leader_index", "throttle_bytes_per_s", "bytes_sent", "snapshot_bytes")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     FROM_NODE_FIELD_NUMBER: _ClassVar[int]
@@ -141,6 +147,9 @@ class MoveInfo(_message.Message):
     STARTED_MS_FIELD_NUMBER: _ClassVar[int]
     MATCH_INDEX_FIELD_NUMBER: _ClassVar[int]
     LEADER_INDEX_FIELD_NUMBER: _ClassVar[int]
+    THROTTLE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_BYTES_FIELD_NUMBER: _ClassVar[int]
     queue: str
     partition: int
     from_node: str
@@ -150,21 +159,26 @@ class MoveInfo(_message.Message):
     started_ms: int
     match_index: int
     leader_index: int
-    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., from_node: _Optional[str] = ..., to_node: _Optional[str] = ..., to_port: _Optional[int] = ..., phase: _Optional[str] = ..., started_ms: _Optional[int] = ..., match_index: _Optional[int] = ..., leader_index: _Optional[int] = ...) -> None: ...
+    throttle_bytes_per_s: int
+    bytes_sent: int
+    snapshot_bytes: int
+    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., from_node: _Optional[str] = ..., to_node: _Optional[str] = ..., to_port: _Optional[int] = ..., phase: _Optional[str] = ..., started_ms: _Optional[int] = ..., match_index: _Optional[int] = ..., leader_index: _Optional[int] = ..., throttle_bytes_per_s: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., snapshot_bytes: _Optional[int] = ...) -> None: ...
 
 class MovePartitionRequest(_message.Message):
-    __slots__ = ("queue", "partition", "from_node", "to_node", "to_port")
+    __slots__ = ("queue", "partition", "from_node", "to_node", "to_port", "throttle_bytes_per_s")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     FROM_NODE_FIELD_NUMBER: _ClassVar[int]
     TO_NODE_FIELD_NUMBER: _ClassVar[int]
     TO_PORT_FIELD_NUMBER: _ClassVar[int]
+    THROTTLE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     queue: str
     partition: int
     from_node: str
     to_node: str
     to_port: int
-    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., from_node: _Optional[str] = ..., to_node: _Optional[str] = ..., to_port: _Optional[int] = ...) -> None: ...
+    throttle_bytes_per_s: int
+    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., from_node: _Optional[str] = ..., to_node: _Optional[str] = ..., to_port: _Optional[int] = ..., throttle_bytes_per_s: _Optional[int] = ...) -> None: ...
 
 class CancelMoveRequest(_message.Message):
     __slots__ = ("queue", "partition")
@@ -245,19 +259,21 @@ class PlanResponse(_message.Message):
     def __init__(self, steps: _Optional[_Iterable[_Union[PlanStep, _Mapping]]] = ..., unplaced: _Optional[_Iterable[str]] = ..., more: _Optional[bool] = ...) -> None: ...
 
 class MemberChangeRequest(_message.Message):
-    __slots__ = ("queue", "partition", "action", "address")
+    __slots__ = ("queue", "partition", "action", "address", "throttle_bytes_per_s")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     ACTION_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    THROTTLE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     queue: str
     partition: int
     action: str
     address: str
-    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., action: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
+    throttle_bytes_per_s: int
+    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., action: _Optional[str] = ..., address: _Optional[str] = ..., throttle_bytes_per_s: _Optional[int] = ...) -> None: ...
 
 class MemberChangeResponse(_message.Message):
-    __slots__ = ("is_leader", "members", "match_index", "leader_index", "connected", "caught_up", "leader")
+    __slots__ = ("is_leader", "members", "match_index", "leader_index", "connected", "caught_up", "leader", "bytes_sent", "snapshot_bytes")
     IS_LEADER_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     MATCH_INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -265,6 +281,8 @@ class MemberChangeResponse(_message.Message):
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
     CAUGHT_UP_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
+    BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_BYTES_FIELD_NUMBER: _ClassVar[int]
     is_leader: bool
     members: _containers.RepeatedScalarFieldContainer[str]
     match_index: int
@@ -272,7 +290,39 @@ class MemberChangeResponse(_message.Message):
     connected: bool
     caught_up: bool
     leader: str
-    def __init__(self, is_leader: _Optional[bool] = ..., members: _Optional[_Iterable[str]] = ..., match_index: _Optional[int] = ..., leader_index: _Optional[int] = ..., connected: _Optional[bool] = ..., caught_up: _Optional[bool] = ..., leader: _Optional[str] = ...) -> None: ...
+    bytes_sent: int
+    snapshot_bytes: int
+    def __init__(self, is_leader: _Optional[bool] = ..., members: _Optional[_Iterable[str]] = ..., match_index: _Optional[int] = ..., leader_index: _Optional[int] = ..., connected: _Optional[bool] = ..., caught_up: _Optional[bool] = ..., leader: _Optional[str] = ..., bytes_sent: _Optional[int] = ..., snapshot_bytes: _Optional[int] = ...) -> None: ...
+
+class ControllerInfo(_message.Message):
+    __slots__ = ("node", "raft_address", "leader")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    RAFT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    raft_address: str
+    leader: bool
+    def __init__(self, node: _Optional[str] = ..., raft_address: _Optional[str] = ..., leader: _Optional[bool] = ...) -> None: ...
+
+class ChangeControllerRequest(_message.Message):
+    __slots__ = ("action", "node")
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    action: str
+    node: str
+    def __init__(self, action: _Optional[str] = ..., node: _Optional[str] = ...) -> None: ...
+
+class ListControllersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ControllersResponse(_message.Message):
+    __slots__ = ("controllers", "change")
+    CONTROLLERS_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_FIELD_NUMBER: _ClassVar[int]
+    controllers: _containers.RepeatedCompositeFieldContainer[ControllerInfo]
+    change: str
+    def __init__(self, controllers: _Optional[_Iterable[_Union[ControllerInfo, _Mapping]]] = ..., change: _Optional[str] = ...) -> None: ...
 
 class GetMetadataRequest(_message.Message):
     __slots__ = ("known_version",)

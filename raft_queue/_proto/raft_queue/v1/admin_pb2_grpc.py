@@ -89,6 +89,16 @@ class AdminServiceStub:
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataRequest.SerializeToString,
                 response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataResponse.FromString,
                 _registered_method=True)
+        self.ChangeController = channel.unary_unary(
+                '/raft_queue.v1.AdminService/ChangeController',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ChangeControllerRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ControllersResponse.FromString,
+                _registered_method=True)
+        self.ListControllers = channel.unary_unary(
+                '/raft_queue.v1.AdminService/ListControllers',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ListControllersRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ControllersResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -165,6 +175,20 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ChangeController(self, request, context):
+        """The metadata group's voters: add or remove one (on the metadata leader;
+        answers once the change is recorded; ListControllers shows it finish).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListControllers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -222,6 +246,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetMetadata,
                     request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataRequest.FromString,
                     response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataResponse.SerializeToString,
+            ),
+            'ChangeController': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChangeController,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ChangeControllerRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ControllersResponse.SerializeToString,
+            ),
+            'ListControllers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListControllers,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ListControllersRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ControllersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -521,6 +555,60 @@ class AdminService:
             '/raft_queue.v1.AdminService/GetMetadata',
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataRequest.SerializeToString,
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChangeController(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.AdminService/ChangeController',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ChangeControllerRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ControllersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListControllers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.AdminService/ListControllers',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ListControllersRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ControllersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,88 @@
+"""The SDK's operations surface: replica moves, plans, node states and the
+metadata group's voters (what ``raftq partitions/leaders/node/controller``
+run). Mixed into ``Surface``, so ``Client`` runs these to their result and
+``AsyncClient`` returns coroutines of them.
+
+Every call goes to the metadata leader: any node answers NotLeader with the
+leader's address, which the SDK follows. Results are the AdminService
+messages (``raft_queue._proto.raft_queue.v1.admin_pb2``): ``MoveInfo``,
+``PlanResponse``, ``NodeInfo``, ``ControllersResponse``. Mutating calls are
+not retried after an unknown outcome (a second ``move_partition`` of the
+same partition would be refused as "in flight"); look with ``list_moves``
+or ``list_controllers`` instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raft_queue._proto.raft_queue.v1 import admin_pb2
+from raft_queue.client.calls import Call, Flow
+
+
+def _admin(rpc: str, request: Any, mutating: bool = True) -> Flow[Any]:
+    response = yield Call(rpc, request, admin=True, mutating=mutating, idempotent=not mutating)
+    return response
+
+
+class AdminSurface:
+    """Operations methods; ``_run`` is the client's (see ``client.Surface``)."""
+
+    def _run(self, flow: Flow[Any]) -> Any:
+        raise NotImplementedError
+
+    # ---- replica moves ---------------------------------------------------------
+    def move_partition(
+        self,
+        queue: str,
+        partition: int,
+        from_node: str,
+        to_node: str,
+        to_port: int = 0,
+        throttle_bytes_per_s: int = 0,
+    ) -> Any:
+        """Record a move of ``partition``'s replica from ``from_node`` to
+        ``to_node`` (port 0: its lowest free one); the metadata leader runs it.
+        ``throttle_bytes_per_s`` limits the new replica's catch-up (0: the
+        cluster's ``move_throttle_bytes_per_s``). Returns the ``MoveInfo``."""
+        req = admin_pb2.MovePartitionRequest(
+            queue=queue, partition=partition, from_node=from_node, to_node=to_node,
+            to_port=to_port, throttle_bytes_per_s=throttle_bytes_per_s,
+        )  # fmt: skip
+        return self._run(_admin("MovePartition", req))
+
+    def cancel_move(self, queue: str, partition: int) -> Any:
+        """Cancel ``partition``'s move (refused once it removes the old replica)."""
+        req = admin_pb2.CancelMoveRequest(queue=queue, partition=partition)
+        return self._run(_admin("CancelMove", req))
+
+    def list_moves(self) -> Any:
+        """Moves in flight (``ListMovesResponse.moves``), with catch-up progress."""
+        return self._run(_admin("ListMoves", admin_pb2.ListMovesRequest(), mutating=False))
+
+    def transfer_leader(self, queue: str, partition: int, to_node: str) -> Any:
+        """Make ``to_node`` (a replica) the preferred leader of ``partition``."""
+        req = admin_pb2.TransferLeaderRequest(queue=queue, partition=partition, to_node=to_node)
+        return self._run(_admin("TransferLeader", req))
+
+    def plan(self, kind: str, node: str = "", max_moves: int = 0) -> Any:
+        """A ``rebalance``, ``leaders`` or ``drain`` (of ``node``) plan; nothing runs."""
+        req = admin_pb2.PlanRequest(kind=kind, node=node, max_moves=max_moves)
+        return self._run(_admin("Plan", req, mutating=False))
+
+    # ---- nodes and controllers ---------------------------------------------------
+    def set_node_state(self, node: str, state: str) -> Any:
+        """``alive``, ``draining`` or ``removed`` (an operator's change)."""
+        req = admin_pb2.SetNodeStateRequest(node=node, state=state)
+        return self._run(_admin("SetNodeState", req))
+
+    def change_controller(self, action: str, node: str) -> Any:
+        """Start adding (``add``) or removing (``remove``) ``node`` as a voter
+        of the metadata group; ``list_controllers`` shows it finish."""
+        req = admin_pb2.ChangeControllerRequest(action=action, node=node)
+        return self._run(_admin("ChangeController", req))
+
+    def list_controllers(self) -> Any:
+        """The metadata group's voters and the change in flight, if any."""
+        req = admin_pb2.ListControllersRequest()
+        return self._run(_admin("ListControllers", req, mutating=False))
