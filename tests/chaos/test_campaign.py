@@ -2,8 +2,9 @@
 
 ``make test`` runs one seeded campaign over every kind of fault (the schedule visits
 each nemesis before repeating one) and a targeted kill-during-snapshot run. Each prints
-its seed; RAFTQ_CHAOS_SEED replays another schedule. RAFTQ_CHAOS_EACH=1 also runs one
-short campaign per nemesis (about 40 s each), for when a class needs attention.
+its seed; RAFTQ_CHAOS_SEED replays another schedule; RAFTQ_CHAOS_OUT=DIR keeps the
+output. RAFTQ_CHAOS_EACH=1 also runs one short campaign per nemesis (about 40 s each),
+for when a class needs attention.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ FIXED_SEED = 20261122
 
 
 def _run(tmp_path: Path, **overrides: Any) -> campaign.Result:
-    config = campaign.CampaignConfig(out=tmp_path, **overrides)
+    # RAFTQ_CHAOS_OUT keeps histories (and node data of INVALID runs) where pytest's
+    # rotation of its temp directories cannot delete them.
+    out = Path(os.environ.get("RAFTQ_CHAOS_OUT") or tmp_path)
+    config = campaign.CampaignConfig(out=out, **overrides)
     result = campaign.run(config)
     print(result.render())
     return result
@@ -34,7 +38,7 @@ def test_seeded_campaign_over_every_kind_of_fault_is_valid(tmp_path: Path) -> No
     seed = int(os.environ.get("RAFTQ_CHAOS_SEED") or FIXED_SEED)
     result = _run(
         tmp_path,
-        duration_s=70,
+        duration_s=90,  # about 2 minutes with warm-up and the final phase (issue 4: 2-3 min)
         seed=seed,
         fault_s=(3.0, 5.0),
         calm_s=(1.5, 3.0),
