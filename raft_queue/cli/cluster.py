@@ -7,8 +7,17 @@ from typing import TYPE_CHECKING
 
 import click
 
-from raft_queue.cli.output import Column, json_option, print_json, print_line, print_objects
+from raft_queue.cli.operations import message_json
+from raft_queue.cli.output import (
+    Column,
+    json_option,
+    print_json,
+    print_line,
+    print_objects,
+    to_jsonable,
+)
 from raft_queue.client import ClusterStatus
+from raft_queue.errors import QueueError
 
 if TYPE_CHECKING:
     from raft_queue.cli.main import Session
@@ -26,10 +35,21 @@ def cluster() -> None:
 def status(session: Session, digests: bool, as_json: bool) -> None:
     """Nodes, and every partition replica's Raft role, term and progress."""
     result = session.client.cluster_status(include_digests=digests)
+    try:
+        voters = session.client.list_controllers()
+    except QueueError:  # a node too old to answer: the node table still says who is one
+        voters = None
     if as_json:
-        print_json(result)
+        extra = {"controllers": message_json(voters)} if voters is not None else {}
+        print_json({**to_jsonable(result), **extra})
         return
     _print_status(result, digests)
+    if voters is None:
+        return
+    names = [f"{c.node} (leader)" if c.leader else c.node for c in voters.controllers]
+    print_line(f"controllers: {', '.join(names)}")
+    if voters.change:
+        print_line(f"controller change in flight: {voters.change}")
 
 
 NODE_COLUMNS: list[Column] = [

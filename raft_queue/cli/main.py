@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from raft_queue.cli.cluster import cluster
+from raft_queue.cli.controller import controller
 from raft_queue.cli.messages import ack, history, nack, read, receive, send, tail
 from raft_queue.cli.partitions import leaders, partitions
 from raft_queue.cli.queue import queue
@@ -86,7 +87,8 @@ def main(ctx: click.Context, server: str, timeout_s: float) -> None:
     ctx.call_on_close(session.close)
 
 
-_COMMANDS = (cluster, queue, partitions, leaders, send, receive, ack, nack, read, tail, history)
+_COMMANDS = (cluster, controller, queue, partitions, leaders, send, receive, ack, nack, read,
+             tail, history)  # fmt: skip
 for _command in _COMMANDS:
     main.add_command(_command)
 

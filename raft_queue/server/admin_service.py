@@ -16,6 +16,7 @@ from typing import Any
 from raft_queue._proto.raft_queue.v1 import admin_pb2, admin_pb2_grpc
 from raft_queue.core import metadata as meta
 from raft_queue.server.cluster import Cluster
+from raft_queue.server.controllers import controllers_pb
 from raft_queue.server.liveness import Liveness
 from raft_queue.server.members import member_change
 from raft_queue.server.operations import Operations
@@ -49,12 +50,15 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
                     last_heartbeat_age_ms=int(age * 1000) if age is not None else 0,
                 )
             )
+        voters = controllers_pb(self.node)
         return admin_pb2.ClusterStatusResponse(
             nodes=nodes,
             metadata_leader=leader,
             metadata_version=self.node.view.version,
             replicas=replicas,
             unreachable=unreachable,
+            controllers=voters.controllers,
+            controller_change=voters.change,
         )
 
     @handled
@@ -110,6 +114,14 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
     async def MemberChange(self, request: Any, context: Any) -> Any:  # noqa: N802
         return await member_change(self.node, request)
 
+    @handled
+    async def ChangeController(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return await self.ops.change_controller(request, self.liveness)
+
+    @handled
+    async def ListControllers(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return controllers_pb(self.node)
+
 
 def heartbeat_request(node: Any) -> Any:
     c = node.config
@@ -121,14 +133,19 @@ def heartbeat_request(node: Any) -> Any:
         metadata_version=node.view.version,
         raft_port_min=c.raft_port_min,
         raft_port_max=c.raft_port_max,
-        controller=c.controller,
+        controller=node.metadata is not None,
+        metadata_raft_port=c.metadata_raft_port,
     )
 
 
 async def register_if_needed(node: Any, req: Any) -> None:
     """On the metadata leader: register ``req``'s node if unknown or changed."""
     known = node.view.nodes().get(req.node)
-    if known is not None and known.address == req.address and known.raft_host == req.raft_host:
+    if known is not None and (known.address, known.raft_host, known.metadata_raft_port) == (
+        req.address,
+        req.raft_host,
+        req.metadata_raft_port,
+    ):
         return
     await node.submit_metadata(
         meta.RegisterNode(
@@ -140,6 +157,7 @@ async def register_if_needed(node: Any, req: Any) -> None:
             rack=req.rack,
             controller=req.controller,
             now_ms=int(time.time() * 1000),
+            metadata_raft_port=req.metadata_raft_port,
         )
     )
 

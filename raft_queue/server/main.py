@@ -78,8 +78,9 @@ async def serve(config: config_mod.NodeConfig) -> None:
         asyncio.create_task(liveness.run_forever()),
         asyncio.create_task(mover.run_forever()),
     ]
-    if node.metadata is None:  # not a metadata voter: poll a voter's copy
-        tasks.append(asyncio.create_task(follow_metadata(cluster)))
+    # Polls a voter's copy while this node has no (caught-up) metadata replica:
+    # not a voter, or added or removed as one (server/controllers.py).
+    tasks.append(asyncio.create_task(follow_metadata(cluster)))
     log.info("node %s serving gRPC on %s", node.id, node.address)
     print(f"raftq node {node.id} ready on {node.address}", flush=True)
     stop = asyncio.Event()

@@ -4,8 +4,11 @@ false``), e.g. a node added to a running cluster.
 Such a node has no metadata replica; it polls a voter's ``GetMetadata``
 (the voter's own view: committed state, possibly a little behind its leader)
 and adopts any newer image, which wakes its reconciler as a local metadata
-change would. Voters are found through ``seeds`` (gRPC addresses), then the
-leader address each answer carries. The metadata leader learns about the
+change would. Voters are found through ``seeds`` (gRPC addresses) and the
+recorded voters, then the leader address each answer carries. It also runs
+on voters: it idles while the node has its own metadata replica, and
+serves a voter removed from the group (server/controllers.py) or one still
+catching up after being added. The metadata leader learns about the
 node from its heartbeats (``admin_service.registration_loop``), as for any
 node. Chosen over a pysyncobj non-voting member, which 0.3.17 does not have.
 """
@@ -25,9 +28,12 @@ log = logging.getLogger(__name__)
 async def follow_metadata(cluster: Any, period_s: float = 0.3) -> None:
     """Forever: poll a voter for a newer metadata image and adopt it."""
     node = cluster.node
-    seeds = [s for s in node.config.seeds if s != node.address]
     k = 0
     while True:
+        if node.metadata is not None and not node.metadata_joining:
+            await asyncio.sleep(period_s)  # a voter: its own replica is its view
+            continue
+        seeds = _seeds(node)
         address = node.metadata_leader_hint or (seeds[k % len(seeds)] if seeds else "")
         k += 1
         try:
@@ -40,3 +46,11 @@ async def follow_metadata(cluster: Any, period_s: float = 0.3) -> None:
             log.debug("metadata poll of %s failed: %s", address, exc)
             node.metadata_leader_hint = ""
         await asyncio.sleep(period_s)
+
+
+def _seeds(node: Any) -> list[str]:
+    """The config's seeds, then the gRPC addresses of the recorded voters
+    (the seeds may all have stopped being controllers)."""
+    nodes = node.view.nodes()
+    voters = [nodes[n].address for n in node.view.controllers() if n in nodes]
+    return [a for a in dict.fromkeys([*node.config.seeds, *voters]) if a != node.address]

@@ -25,6 +25,7 @@ from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2
 from raft_queue.core import metadata as meta
 from raft_queue.core import planner
+from raft_queue.server.controllers import ControllerRole
 from raft_queue.server.members import member_change
 from raft_queue.server.operations import assignments, start_step
 
@@ -57,6 +58,7 @@ class Mover:
         # The last MemberChange "progress" answer per move (match/leader index, bytes).
         self.progress: dict[tuple[str, int], Any] = {}
         self._repair: asyncio.Task[None] | None = None
+        self.controllers = ControllerRole(cluster)  # every node: its metadata role
 
     def leading(self) -> bool:
         md = self.node.metadata
@@ -68,6 +70,10 @@ class Mover:
                 self.step()
             except Exception:
                 log.exception("move executor round failed")
+            try:
+                await self.controllers.step()
+            except Exception as exc:  # retried next round
+                log.warning("controller change round failed: %r", exc)
             await asyncio.sleep(POLL_S)
 
     def step(self) -> None:

@@ -33,6 +33,7 @@ from raft_queue.replication.host import RaftHost
 from raft_queue.replication.metadata import MetadataReplica
 from raft_queue.replication.partition import PartitionReplica
 from raft_queue.replication.raft import check_version
+from raft_queue.server.controllers import load_role
 from raft_queue.server.convert import partition_config
 from raft_queue.server.wakeups import Wakeups
 
@@ -69,6 +70,7 @@ class Node:
         self.controllers = _parse_controllers(config.controllers)
         self.view = meta.MetadataMachine()
         self.metadata: MetadataReplica | None = None
+        self.metadata_joining = False  # a new voter's replica, not caught up yet
         self.metadata_leader_hint = ""  # non-voters: the leader's gRPC address, polled
         self.replicas: dict[ReplicaKey, PartitionReplica] = {}
         self.configured: dict[ReplicaKey, Any] = {}  # spec last submitted as Configure
@@ -85,7 +87,11 @@ class Node:
         self._loop = loop
         self.wakeups = Wakeups(loop)
         self.host.start()
-        if self.config.controller:
+        # The role recorded by the last controller change (server/controllers.py)
+        # wins over the config, whose controller list only bootstraps the group.
+        role = load_role(self.config, self.controllers)
+        self.controllers = role.peers
+        if role.voter:
             me = self.controllers.get(self.id) or (
                 f"{self.config.raft_host}:{self.config.metadata_raft_port}"
             )
@@ -110,14 +116,36 @@ class Node:
         self._on_metadata_change()  # publish whatever is already applied
         return replica
 
+    async def join_metadata(self, me: str, peers: list[str]) -> None:
+        """Open an empty metadata replica (this node is being added as a voter);
+        its view is published once it caught up with the polled one."""
+        self.metadata_joining = True
+        await _await(self.host.call(lambda: self._open_metadata(me, peers)))
+
+    async def leave_metadata(self) -> None:
+        """Close and delete this node's metadata replica (it was removed as a
+        voter); from now on the node polls a voter's copy."""
+        replica = self.metadata
+        if replica is None:
+            return
+        await _await(self.host.call(lambda: self.host.remove(replica.key)))
+        self.metadata = None
+        self.metadata_joining = False
+        shutil.rmtree(os.path.join(self.config.data_dir, "metadata"), ignore_errors=True)
+
     def stop(self) -> None:
         self.host.stop()
         self.replicas.clear()
 
     def _on_metadata_change(self) -> None:
-        """Driver thread: publish a read-only copy and wake the reconciler."""
+        """Driver thread: publish a read-only copy and wake the reconciler. A
+        joining replica's older states are not published (the view only grows)."""
         assert self.metadata is not None
-        self.view = meta.MetadataMachine.from_bytes(self.metadata.machine.to_bytes())
+        view = meta.MetadataMachine.from_bytes(self.metadata.machine.to_bytes())
+        if view.version < self.view.version:
+            return
+        self.metadata_joining = False
+        self.view = view
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._changed.set)
 
@@ -132,10 +160,19 @@ class Node:
             hint = self.metadata_leader_hint
             return next((n.node_id for n in self.view.nodes().values() if n.address == hint), None)
         leader = self.metadata.leader_address()
-        for nid, addr in self.controllers.items():
+        for nid, addr in self.controller_addresses().items():
             if addr == leader:
                 return nid
         return None
+
+    def controller_addresses(self) -> dict[str, str]:
+        """Every voter this node knows of (node id -> metadata Raft address):
+        recorded, remembered and joining (a joining voter may already lead)."""
+        out = {**self.controllers, **self.view.controllers()}
+        change = self.view.controller_change()
+        if change is not None and change.action == "add":
+            out[change.node_id] = change.raft_address
+        return out
 
     def node_address(self, node_id: str) -> str | None:
         if node_id == self.id:

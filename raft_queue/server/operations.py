@@ -18,6 +18,7 @@ from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2
 from raft_queue.core import metadata as meta
 from raft_queue.core import planner
+from raft_queue.server.controllers import check_majority, controllers_pb
 
 OPERATOR_STATES = ("alive", "draining", "removed")
 
@@ -76,6 +77,27 @@ class Operations:
             id=node.node_id, address=node.address, state=node.state,
             controller=node.controller, rack=node.rack,
         )  # fmt: skip
+
+    async def change_controller(self, req: Any, liveness: Any) -> Any:
+        """Record a change of the metadata group's voters (one at a time, never
+        leaving fewer than a live majority); server/controllers.py makes it."""
+        self._require_leader()
+        if req.action not in ("add", "remove"):
+            raise errors.InvalidArgument("action", "one of add, remove")
+        node = self.node.view.nodes().get(req.node)
+        if node is None:
+            raise errors.NotFound(f"node: {req.node!r} is not registered")
+        voters = self.node.controller_addresses()
+        if self.node.view.controllers():
+            voters = self.node.view.controllers()
+        alive = {n for n, info in self.node.view.nodes().items() if info.state == "alive"}
+        if req.action == "add" or req.node in voters:
+            check_majority(voters, alive, req.action, req.node)
+        address = f"{node.raft_host}:{node.metadata_raft_port}" if node.metadata_raft_port else ""
+        cmd = meta.StartControllerChange(req.action, req.node, address,
+                                         tuple(sorted(voters.items())))  # fmt: skip
+        await self.node.submit_metadata(cmd)
+        return controllers_pb(self.node)
 
     def plan(self, req: Any) -> Any:
         """A plan from the current metadata; nothing is executed."""
