@@ -117,7 +117,10 @@ class ReplicatedGroup(SafeSyncObj):
         return fut
 
     def before_tick(self) -> None:
-        """Driver thread: turn queued commands into Raft entries."""
+        """Driver thread: expire late waiters, turn queued commands into Raft
+        entries."""
+        if self._inflight or self._pending:
+            self.reap(time.monotonic())
         if not self._pending:
             return
         with self._lock:
@@ -173,6 +176,15 @@ class ReplicatedGroup(SafeSyncObj):
         for fut, res, is_early in zip(futures, results, early, strict=True):
             if is_early and not isinstance(res, BaseException):
                 _resolve(fut, (res, True))
+
+    def next_deadline(self, now: float) -> float:
+        """SafeSyncObj's deadline, or earlier when a waiter's deadline passes."""
+        due = super().next_deadline(now)
+        if self._inflight:
+            due = min(due, min(d for _, d in self._inflight.values()))
+        if self._pending:
+            due = now
+        return due
 
     def reap(self, now: float) -> None:
         """Fail waiters past their deadline with OutcomeUnknown (driver thread)."""

@@ -4,8 +4,12 @@ pysyncobj gives each SyncObj a tick thread and a poller; with hundreds of
 partition replicas per node that is hundreds of threads. Here all groups share
 one poller and one thread (as hashicorp/raft shares a transport): the driver
 polls every socket once, then ticks the groups that saw activity (a message, a
-submitted command), and every group every ``idle_tick_s`` for election and
-heartbeat timers.
+submitted command) and the groups whose own timer is due. After each tick a
+group says when it next needs one (``next_deadline``: a leader's heartbeat, a
+follower's election deadline, a retry); the driver keeps those in a heap, so
+an idle follower costs nothing between its leader's heartbeats (answered from
+the message handler without a tick) and the driver's work per loop does not
+grow with the number of groups.
 
 Thread contract: groups are created, ticked and destroyed on the driver thread
 only (``call()`` runs a function there). Other threads may only submit
@@ -15,6 +19,7 @@ commands (``Group.submit``), which wakes the driver through a pipe.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import logging
 import os
 import threading
@@ -39,16 +44,23 @@ class Tickable(Protocol):
 
     def before_tick(self) -> None: ...
 
-    def reap(self, now: float) -> None: ...
+    def next_deadline(self, now: float) -> float: ...
 
     def close(self) -> None: ...
 
 
 class RaftHost:
+    """``idle_tick_s``: timer slack. A timer wake-up also ticks every group due
+    within this much after the first, so timers cost at most about
+    1 / idle_tick_s wake-ups a second however many groups there are; a group
+    is ticked up to this late, never early."""
+
     def __init__(self, idle_tick_s: float = 0.05, name: str = "raft-driver") -> None:
         self.poller = createPoller("poll")
         self.idle_tick_s = idle_tick_s
         self._groups: dict[str, Tickable] = {}
+        self._due: dict[str, float] = {}  # key -> the deadline its heap entry holds
+        self._heap: list[tuple[float, str]] = []
         self._active: set[str] = set()
         self._flush: set[str] = set()  # only pending acks to sync and send
         self._active_lock = threading.Lock()
@@ -121,6 +133,7 @@ class RaftHost:
         self._remove(key)
 
     def _remove(self, key: str) -> None:
+        self._due.pop(key, None)  # its heap entries are skipped from now on
         group = self._groups.pop(key, None)
         if group is not None:
             try:
@@ -143,30 +156,55 @@ class RaftHost:
 
     def _run(self) -> None:
         self._driver_ident = threading.get_ident()
-        next_all = time.monotonic()
         while not self._stop.is_set():
-            timeout = max(0.0, next_all - time.monotonic())
-            if self._active:
-                timeout = 0.0
             try:
-                self.poller.poll(timeout)
+                self.poller.poll(self._poll_timeout())
             except Exception:
                 log.exception("poll failed")
                 time.sleep(0.01)
             self._run_calls()
             self._flush_only()
-            now = time.monotonic()
-            if now >= next_all:
-                keys = list(self._groups)
-                next_all = now + self.idle_tick_s
-                for group in self._groups.values():
-                    group.reap(now)
-            else:
-                with self._active_lock:
-                    keys, self._active = list(self._active), set()
-            self._tick(keys)
+            with self._active_lock:
+                active, self._active = self._active, set()
+            self._tick(active | self._pop_due(time.monotonic()))
         os.close(self._wake_r)
         os.close(self._wake_w)
+
+    def _poll_timeout(self) -> float:
+        if self._active or self._calls or self._flush:
+            return 0.0
+        if not self._heap:
+            return 1.0
+        # Late by up to the slack, never early: everything due by then is
+        # ticked in one wake-up.
+        return max(0.0, self._heap[0][0] + self.idle_tick_s - time.monotonic())
+
+    def _pop_due(self, now: float) -> set[str]:
+        """Keys whose timer is due (within the slack), removed from the heap."""
+        due: set[str] = set()
+        heap, limit = self._heap, now
+        if heap and heap[0][0] <= now:
+            limit = now + self.idle_tick_s
+        while heap and heap[0][0] <= limit:
+            at, key = heapq.heappop(heap)
+            if self._due.get(key) == at:
+                del self._due[key]
+                due.add(key)
+        return due
+
+    def _schedule(self, key: str, group: Tickable) -> None:
+        try:
+            at = group.next_deadline(time.monotonic())
+        except Exception:
+            log.exception("next_deadline failed for %s", key)
+            at = time.monotonic() + self.idle_tick_s
+        if self._due.get(key) == at:
+            return
+        self._due[key] = at
+        heapq.heappush(self._heap, (at, key))
+        if len(self._heap) > 4 * len(self._due) + 1024:  # drop stale entries
+            self._heap = [(d, k) for k, d in self._due.items()]
+            heapq.heapify(self._heap)
 
     def _flush_only(self) -> None:
         if not self._flush:
@@ -180,10 +218,7 @@ class RaftHost:
                 except Exception:
                     log.exception("flush failed for %s", key)
 
-    def _tick(self, keys: list[str]) -> None:
-        with self._active_lock:
-            for key in keys:
-                self._active.discard(key)
+    def _tick(self, keys: set[str]) -> None:
         for key in keys:
             group = self._groups.get(key)
             if group is None:
@@ -194,6 +229,7 @@ class RaftHost:
                 log.exception("before_tick failed for %s", key)
             group.tick()
             self.ticks += 1
+            self._schedule(key, group)
 
     def _run_calls(self) -> None:
         if not self._calls:

@@ -282,6 +282,9 @@ def _write_journal(path: str, entries: list[Any], durable: bool) -> int:
     return offset
 
 
+# An idle group is ticked at least this often (see SafeSyncObj.next_deadline).
+MAX_IDLE_S = 1.0
+
 # Bytes of entries per AppendEntries message (pysyncobj's default is 64 KiB;
 # an entry at least this long took its broken chunked path).
 APPEND_ENTRIES_BATCH_BYTES = 1 << 20
@@ -419,6 +422,37 @@ class SafeSyncObj(SyncObj):
             self._onTick(0.0)
         except Exception:
             log.exception("tick failed for %s", self.selfNode)
+
+    def next_deadline(self, now: float) -> float:
+        """When this group next needs a tick if no message or command arrives
+        (driver thread, right after a tick): a leader at its next heartbeat
+        (which also re-checks quorum contact, hazard 5), a follower or
+        candidate at its election deadline, a group missing peers at the next
+        connection retry, and every group at least every ``MAX_IDLE_S`` (log
+        compaction by time). ``now`` if work is left over. ``now`` and the
+        result are on the caller's clock (time.monotonic); pysyncobj's own
+        clock can be offset from it (0.1 s measured), so its deadlines are
+        converted through their distance from pysyncobj's now."""
+        if (
+            self._pending_acks
+            or self._SyncObj__raftCommitIndex > self._SyncObj__raftLastApplied
+            or self._SyncObj__commandsQueue._FastQueue__queue
+        ):
+            return now
+        conf = self._SyncObj__conf
+        due = now + MAX_IDLE_S
+        others = self._SyncObj__otherNodes
+        connected = self._SyncObj__connectedNodes
+        if not self._SyncObj__transport.ready or len(connected) < len(others):
+            due = min(due, now + conf.connectionRetryTime)
+        to_host = now - monotonic_time()
+        if self._SyncObj__raftState == _RAFT_STATE.LEADER:
+            return min(due, float(self._SyncObj__newAppendEntriesTime) + to_host)
+        if self._SyncObj__selfNode is not None and (connected or not others):
+            # Past only if no election could start (no peer): retry timer then.
+            election = float(self._SyncObj__raftElectionDeadline) + to_host
+            due = min(due, max(election, now + 0.001))
+        return due
 
     # ---- command submission (any thread) ------------------------------------------
     def _applyCommand(self, command: Any, callback: Any, commandType: Any = None) -> None:  # noqa: N803
