@@ -296,7 +296,7 @@ def send_result_from_pb(pb: queue_pb2.SendResult) -> SendResult:
 
 
 def receipt_result_from_pb(pb: queue_pb2.ReceiptResult) -> ReceiptResult:
-    return ReceiptResult(**_plain(pb, ReceiptResult))
+    return ReceiptResult(pb.receipt, pb.ok, pb.error)
 
 
 def read_result_from_pb(pb: queue_pb2.ReadResponse) -> ReadResult:

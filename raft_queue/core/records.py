@@ -115,11 +115,12 @@ def check_blob(blob: bytes) -> bytes:
     if end > len(blob):
         raise Malformed("record shorter than its dedup_id and key")
     dedup_id = blob[start : start + dedup_len]
-    try:
-        dedup_id.decode()
-        blob[start + dedup_len : end].decode()
-    except UnicodeDecodeError as exc:
-        raise Malformed("invalid UTF-8") from exc
+    if not blob[start:end].isascii():  # ASCII is valid UTF-8: the usual case needs no decode
+        try:
+            dedup_id.decode()
+            blob[start + dedup_len : end].decode()
+        except UnicodeDecodeError as exc:
+            raise Malformed("invalid UTF-8") from exc
     if count:
         _read_headers(Reader(blob, end), count)
     return dedup_id

@@ -187,15 +187,18 @@ def encode_receipt(uid: int, partition: int, offset: int, epoch: int) -> str:
 
 
 def decode_receipt(i: int, receipt: str, uid: int, partitions: int) -> tuple[int, ReceiptRef]:
-    field = f"receipts[{i}]"
     try:
-        ruid, part, offset, epoch = (int(x) for x in receipt.split(":"))
+        ruid, part, offset, epoch = map(int, receipt.split(":"))
     except ValueError:
-        raise errors.InvalidArgument(field, f"{receipt!r} is not a receipt") from None
+        raise errors.InvalidArgument(f"receipts[{i}]", f"{receipt!r} is not a receipt") from None
     if ruid != uid:
-        raise errors.InvalidArgument(field, "receipt is from another queue (or a deleted one)")
+        raise errors.InvalidArgument(
+            f"receipts[{i}]", "receipt is from another queue (or a deleted one)"
+        )
     if not 0 <= part < partitions or offset < 0 or epoch < 0:
-        raise errors.InvalidArgument(field, f"{receipt!r} names no partition of this queue")
+        raise errors.InvalidArgument(
+            f"receipts[{i}]", f"{receipt!r} names no partition of this queue"
+        )
     return part, ReceiptRef(offset=offset, epoch=epoch)
 
 

@@ -19,7 +19,7 @@ import grpc
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2, queue_pb2_grpc
 from raft_queue.core import commands as cmd
-from raft_queue.server import convert
+from raft_queue.server import convert, sending
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.peers import RemoteError, abort_remote, is_forwarded
 from raft_queue.server.queues import Queues
@@ -94,7 +94,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):  # type: ignore[misc]
     async def Send(self, request: Any, context: Any) -> Any:  # noqa: N802
         q = self.node.queue_spec(request.queue)
         results = await self.sender.send(q, request.entries, is_forwarded(context))
-        return queue_pb2.SendResponse(results=results)
+        return sending.response(results)
 
     @handled
     async def Receive(self, request: Any, context: Any) -> Any:  # noqa: N802

@@ -278,9 +278,13 @@ STALE_REASON = "stale receipt: the lease expired and the message was received ag
 NOT_FOUND_REASON = "not found: already acked, dead-lettered, expired or purged"
 
 
+_REASONS = {"stale": STALE_REASON, "not_found": NOT_FOUND_REASON}
+
+
 def receipt_result(receipt: str, outcome: str) -> Any:
-    ok = outcome.lower() == "ok"
-    reason = {"stale": STALE_REASON, "not_found": NOT_FOUND_REASON}
-    return queue_pb2.ReceiptResult(
-        receipt=receipt, ok=ok, error="" if ok else reason.get(outcome.lower(), outcome)
-    )
+    if outcome == "ok":  # the usual case first: one per acked message
+        return queue_pb2.ReceiptResult(receipt=receipt, ok=True)
+    lowered = outcome.lower()
+    if lowered == "ok":
+        return queue_pb2.ReceiptResult(receipt=receipt, ok=True)
+    return queue_pb2.ReceiptResult(receipt=receipt, ok=False, error=_REASONS.get(lowered, outcome))

@@ -48,8 +48,11 @@ class Sender:
         return self.c.partition_of(i, entry, partitions)
 
     async def send(self, q: Any, entries: Sequence[Any], forwarded: bool) -> list[Any]:
-        """SendResults in the order of ``entries``; every entry is validated
-        before anything is appended (bad input writes nothing)."""
+        """One result per entry, in order: a SendResult message (forwarded
+        entries) or a ``(partition, offset, duplicate, durability)`` tuple
+        (appended here: no message built per entry; ``response`` turns the
+        list into a SendResponse). Every entry is validated before anything is
+        appended (bad input writes nothing)."""
         if not entries:
             raise errors.InvalidArgument("entries", "at least one message is required")
         if len(entries) > self.limits.max_batch_messages:
@@ -99,14 +102,8 @@ class Sender:
             command = cmd.AppendBlobs(blobs, now_ms())
             res, reached = await self.c.submit_append(replica, command)
             durability = convert.DURABILITY[reached]
-            result = queue_pb2.SendResult
             for i, item in zip(indexes, res.items, strict=True):
-                results[i] = result(
-                    partition=part,
-                    offset=item.offset,
-                    duplicate=item.duplicate,
-                    durability=durability,
-                )
+                results[i] = (part, item.offset, item.duplicate, durability)
             return
         sub = queue_pb2.SendRequest(queue=q.name)
         for i in indexes:
@@ -116,3 +113,15 @@ class Sender:
         resp = await self.c.forward_to_leader(q.name, part, "Send", sub)
         for i, res in zip(indexes, resp.results, strict=True):
             results[i] = res
+
+
+def response(results: list[Any]) -> Any:
+    """The SendResponse for ``Sender.send``'s results (each added in place)."""
+    out = queue_pb2.SendResponse()
+    add, append = out.results.add, out.results.append
+    for r in results:
+        if type(r) is tuple:
+            add(partition=r[0], offset=r[1], duplicate=r[2], durability=r[3])
+        else:
+            append(r)
+    return out
