@@ -44,6 +44,9 @@ def spark() -> Iterator[Any]:
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.streaming.stopTimeout", "10s")
+        # Python <-> JVM local sockets time out after 15 s by default; a busy
+        # 2-core CI machine has been seen to need longer (CANNOT_OPEN_SOCKET).
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
