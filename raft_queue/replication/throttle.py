@@ -43,6 +43,7 @@ from typing import Any
 
 BURST_S = 0.25  # a bucket holds at least this many seconds of its rate ...
 DEFAULT_TTL_S = 10.0
+MIN_BATCH_BYTES = 64 << 10  # entries per message under a limit: at least this much
 
 
 class TokenBucket:
@@ -104,10 +105,12 @@ _ATTR = "_raftq_throttle"
 def set_limit(group: Any, address: str, rate: int, ttl_s: float = DEFAULT_TTL_S) -> None:
     """Limit catch-up of member ``address`` to ``rate`` bytes/s (0: no limit)
     for ``ttl_s`` from now; renewing keeps the bytes sent and the bucket."""
-    state = _install(group)
-    if rate <= 0:
-        state.limits.pop(address, None)
+    if rate <= 0:  # lifting a limit never installs the hooks
+        installed: _State | None = getattr(group, _ATTR, None)
+        if installed is not None:
+            installed.limits.pop(address, None)
         return
+    state = _install(group)
     now = time.monotonic()
     limit = state.limits.get(address)
     if limit is None or limit.rate != rate:
@@ -172,12 +175,20 @@ def _install(group: Any) -> _State:
             if limit is not None:
                 limit.last_probe = time.monotonic()
             return
-        batch = group._SyncObj__conf.appendEntriesBatchSizeBytes
+        # Messages of about one burst each (not the usual 1 MiB): a slow
+        # limit then sends a little often instead of a lot rarely.
+        conf = group._SyncObj__conf
+        usual = conf.appendEntriesBatchSizeBytes
+        batch = min(usual, max(MIN_BATCH_BYTES, int(limit.rate * limit.bucket.burst_s)))
         size = sum(len(e[0]) for e in group._SyncObj__getEntries(nxt, None, batch))
         if not limit.bucket.try_take(size):
             _hold(group, state, node, limit)
             return
-        send_entries(group, node, nxt)
+        conf.appendEntriesBatchSizeBytes = batch  # read by _send_entries, this thread
+        try:
+            send_entries(group, node, nxt)
+        finally:
+            conf.appendEntriesBatchSizeBytes = usual
         limit.bytes_sent += size
         limit.last_probe = time.monotonic()
 
