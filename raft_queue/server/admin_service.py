@@ -25,7 +25,7 @@ from raft_queue.server.queue_service import handled
 log = logging.getLogger(__name__)
 
 
-class AdminService(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
+class AdminService(admin_pb2_grpc.AdminServiceServicer):
     def __init__(self, cluster: Cluster, liveness: Liveness, operations: Operations) -> None:
         self.c = cluster
         self.node = cluster.node
