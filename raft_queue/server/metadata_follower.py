@@ -30,7 +30,7 @@ async def follow_metadata(cluster: Any, period_s: float = 0.3) -> None:
     node = cluster.node
     k = 0
     while True:
-        if node.metadata is not None and not node.metadata_joining:
+        if _own_view_suffices(node):
             await asyncio.sleep(period_s)  # a voter: its own replica is its view
             continue
         seeds = _seeds(node)
@@ -46,6 +46,15 @@ async def follow_metadata(cluster: Any, period_s: float = 0.3) -> None:
             log.debug("metadata poll of %s failed: %s", address, exc)
             node.metadata_leader_hint = ""
         await asyncio.sleep(period_s)
+
+
+def _own_view_suffices(node: Any) -> bool:
+    """A voter whose replica knows a leader needs no poll. One that knows none
+    polls: it may have been removed as a voter while it was down (its replica
+    then never hears of it); the newer view tells it to leave
+    (server/controllers.py)."""
+    md = node.metadata
+    return md is not None and not node.metadata_joining and bool(md.leader_address())
 
 
 def _seeds(node: Any) -> list[str]:

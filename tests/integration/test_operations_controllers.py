@@ -81,3 +81,34 @@ def test_controllers_are_added_and_removed_online_and_the_set_survives_restarts(
         raise
     finally:
         c.stop()
+
+
+def test_a_voter_removed_while_down_leaves_when_it_comes_back(tmp_path: Path) -> None:
+    c = LocalCluster(tmp_path / "cluster", nodes=3, cluster_tuning=TUNING)
+    c.start()
+    try:
+        c.wait_ready(60)
+        c.start(c.add_node())
+        c.wait_ready(60)
+        client = c.client()
+        assert cli(c, "controller", "add", "n4").exit_code == 0
+        c.kill(0)  # n1, with its metadata replica and data
+        wait_for(lambda: create_works(client, "n1-down"), 30, "a leader without n1")
+        removed = cli(c, "controller", "remove", "n1")
+        assert removed.exit_code == 0, removed.output
+        c.start(0)  # comes back believing it is a voter of the old group
+        metadata_dir = c.specs[0].dir / "data" / "metadata"
+        wait_for(lambda: not metadata_dir.exists(), 30, "n1 to leave the group")
+        role = json.loads((c.specs[0].dir / "data" / "controllers.json").read_text())
+        assert role["voter"] is False
+        assert voters(client) == {"n2", "n3", "n4"}
+        wait_for(lambda: create_works(client, "after-return"), 30, "the group")
+        c.kill(1)  # n2: n3 and n4 are a majority only of the new voter set
+        wait_for(lambda: create_works(client, "after-kill"), 30, "n3 and n4 alone")
+    except BaseException:
+        for i in range(c.nodes):
+            print(f"--- n{i + 1} log tail ---")
+            print("\n".join(c.log_path(i).read_text(errors="replace").splitlines()[-30:]))
+        raise
+    finally:
+        c.stop()
