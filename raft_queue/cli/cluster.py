@@ -82,9 +82,8 @@ def _print_status(result: ClusterStatus, digests: bool) -> None:
         f"leader {result.metadata_leader or 'unknown'})"
     )
     print_objects(NODE_COLUMNS, result.nodes, title=title)
-    replica_columns = (
-        [*REPLICA_COLUMNS, ("digest", attrgetter("digest"))] if digests else REPLICA_COLUMNS
-    )
+    digest: Column = ("digest", attrgetter("digest"))
+    replica_columns = [*REPLICA_COLUMNS, digest] if digests else REPLICA_COLUMNS
     print_objects(replica_columns, result.replicas, title="replicas")
     if result.unreachable:
         print_line(f"unreachable: {', '.join(result.unreachable)}", stderr=True)

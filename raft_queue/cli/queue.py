@@ -84,6 +84,7 @@ def config_options(func: Any) -> Any:
 @click.pass_obj
 def create(
     session: Session,
+    /,
     name: str,
     partitions: int,
     replication: int | None,
@@ -103,7 +104,7 @@ def create(
 @config_options
 @json_option
 @click.pass_obj
-def update(session: Session, name: str, as_json: bool, **options: Any) -> None:
+def update(session: Session, /, name: str, as_json: bool, **options: Any) -> None:
     """Change the given settings of queue NAME; the others stay as they are."""
     config = _config_from_options(options)
     if not config:

@@ -274,7 +274,7 @@ class Client(Surface):
                 else:
                     call = flow.send(response)
         except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+            return stop.value
 
     def _call(self, call: Call) -> Any:
         """Run one Call with routing and retries; raise QueueError, never grpc.RpcError."""

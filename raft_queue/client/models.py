@@ -11,10 +11,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from raft_queue._proto.raft_queue.v1 import admin_pb2, queue_pb2
 from raft_queue.errors import InvalidArgument
+
+P = TypeVar("P")  # a protobuf message class
 
 DURABILITIES = ("fsync", "quorum", "leader")
 ORDERINGS = ("none", "fifo")
@@ -355,7 +357,7 @@ def entry_to_pb(msg: OutgoingMessage, partition: int, dedup_id: str) -> queue_pb
     return build_request(queue_pb2.SendEntry, **fields)
 
 
-def build_request(cls: Any, **fields: Any) -> Any:
+def build_request(cls: type[P], **fields: Any) -> P:
     """``cls(**fields)``, with protobuf's type and range errors named by field.
 
     protobuf says "Value out of range: -1" without the field; the user needs

@@ -87,10 +87,12 @@ class Router:
             return entry
 
     def queue_stub(self, address: str) -> queue_pb2_grpc.QueueServiceStub:
-        return self._entry(address)[1]
+        stub: queue_pb2_grpc.QueueServiceStub = self._entry(address)[1]
+        return stub
 
     def admin_stub(self, address: str) -> admin_pb2_grpc.AdminServiceStub:
-        return self._entry(address)[2]
+        stub: admin_pb2_grpc.AdminServiceStub = self._entry(address)[2]
+        return stub
 
     def close(self) -> None:
         """Close every channel; later calls raise FailedPrecondition. Idempotent."""

@@ -169,7 +169,7 @@ class PartitionReplica(ReplicatedGroup):
 
         def done(f: Future[Any]) -> None:
             if f.exception() is not None:
-                out.set_exception(f.exception())  # type: ignore[arg-type]
+                out.set_exception(f.exception())
             elif mode == "leader":
                 result, early = f.result()
                 out.set_result((result, "leader" if early else "quorum"))

@@ -4,7 +4,7 @@ before anything is submitted, so bad input never reaches the Raft log."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from raft_queue import errors
@@ -64,7 +64,7 @@ def spec_from_pb(pb: queue_pb2.QueueConfig, base: QueueSpec | None = None) -> Qu
         raise errors.InvalidArgument(f"config.{exc.field}", exc.message.split(": ", 1)[-1]) from exc
 
 
-def _enum_name(value: int, table: dict[str, int], field: str) -> str:
+def _enum_name(value: int, table: Mapping[str, int], field: str) -> str:
     for name, number in table.items():
         if number == value:
             return name

@@ -45,7 +45,7 @@ def handled(method: Any) -> Any:
     return wrapper
 
 
-class QueueService(queue_pb2_grpc.QueueServiceServicer):  # type: ignore[misc]
+class QueueService(queue_pb2_grpc.QueueServiceServicer):
     def __init__(self, cluster: Cluster) -> None:
         self.c = cluster
         self.node = cluster.node

@@ -198,4 +198,4 @@ class Queues:
         answers = await asyncio.gather(
             *(self.c.peers.forward(a, "PurgeQueue", request, self.c.timeout_s) for a in remote)
         )
-        return removed + sum(a.removed for a in answers)
+        return removed + sum(int(a.removed) for a in answers)

@@ -110,7 +110,7 @@ def offset_for_time(replica: PartitionReplica, timestamp_ms: int) -> int:
     ``timestamp_ms`` (the latest offset if none): a binary search, as record
     timestamps never decrease along the log."""
     bounds = replica.read(0, 0)
-    lo, hi = bounds.earliest_offset, bounds.latest_offset
+    lo, hi = int(bounds.earliest_offset), int(bounds.latest_offset)
     while lo < hi:
         mid = (lo + hi) // 2
         got = replica.read(mid, 1).records

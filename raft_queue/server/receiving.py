@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -226,7 +226,7 @@ class Receiver:
 
 
 async def _first_non_empty(
-    local: asyncio.Future[list[Any]], remote: list[asyncio.Future[list[Any]]]
+    local: asyncio.Future[list[Any]], remote: Sequence[asyncio.Future[list[Any]]]
 ) -> list[Any]:
     """Messages of the first task to return some (with any others done by
     then); [] once ``local`` ends empty (deadline, or leadership moved).

@@ -32,9 +32,7 @@ class Replicas:
         self.hosts: dict[str, RaftHost] = {}
         self.groups: dict[str, PartitionReplica] = {}
 
-    def start(
-        self, address: str, peers: list[str], compaction: int = 20
-    ) -> PartitionReplica:
+    def start(self, address: str, peers: list[str], compaction: int = 20) -> PartitionReplica:
         host = RaftHost(idle_tick_s=0.02)
         host.start()
         path = str(self.base / address.replace(":", "_"))
