@@ -15,7 +15,7 @@ import pytest
 from pysyncobj.journal import FileJournal
 from test_raft_hazards import IMPLS, addr, append_entries, entry, feed, leader_node, make_obj, wire
 
-from raft_queue.replication.raft import SafeSyncObj, make_conf
+from raft_queue.replication.raft import DurableMetaStorer, SafeSyncObj, make_conf
 
 
 def close(obj: Any) -> None:
@@ -81,21 +81,33 @@ def test_term_and_vote_reach_disk_before_they_are_used(
     conf = journal_conf(tmp_path)
     obj = make_obj("patched", [addr()], conf)
     assert isinstance(obj, SafeSyncObj)
-    events: list[str] = []
-    real_fsync, real_replace = os.fsync, os.replace
+    synced: list[str] = []
+    real = os.fdatasync
 
-    def fsync(fd: int) -> None:
-        target = os.path.realpath(f"/proc/self/fd/{fd}")
-        events.append("fsync dir" if os.path.isdir(target) else f"fsync {Path(target).name}")
-        real_fsync(fd)
+    def fdatasync(fd: int) -> None:
+        real(fd)
+        synced.append(Path(os.path.realpath(f"/proc/self/fd/{fd}")).name)
 
-    def replace(src: Any, dst: Any) -> None:
-        events.append(f"rename {Path(src).name}")
-        real_replace(src, dst)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "replace", replace)
-    obj._SyncObj__raftLog.setCurrentTerm(7, None)
-    assert events == ["fsync journal.meta.tmp", "rename journal.meta.tmp", "fsync dir"]
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    peer = leader_node(obj)
+    obj._SyncObj__setCurrentTerm(7, peer.id)  # as when granting a vote
+    assert synced == ["journal.vote"], "one sync of the vote file, before returning"
+    monkeypatch.undo()
     close(obj)
-    assert FileJournal(conf.journalFile).getCurrentTerm() == 7
+    # A restart reads them back (from our file: pysyncobj's .meta is stale).
+    again = make_obj("patched", [addr()], conf)
+    assert again._SyncObj__raftCurrentTerm == 7
+    assert again._SyncObj__votedForNodeId == peer.id
+    close(again)
+
+
+def test_a_torn_vote_write_leaves_the_previous_term_and_vote(tmp_path: Path) -> None:
+    journal = str(tmp_path / "journal")
+    storer = DurableMetaStorer(journal)
+    storer.storeMeta({"currentTerm": 4, "votedForNodeId": "a"})
+    storer.storeMeta({"currentTerm": 5, "votedForNodeId": "b"})
+    storer.close()
+    with open(f"{journal}.vote", "r+b") as f:  # power cut in the middle of the last write
+        f.seek(0 * DurableMetaStorer.SLOT + 20)  # sequence 2 went to slot 0
+        f.write(b"\xff\xff")
+    assert DurableMetaStorer(journal).getMeta() == {"currentTerm": 4, "votedForNodeId": "a"}
