@@ -45,6 +45,11 @@ MAX_COMMANDS_PER_ENTRY = 512
 MAX_ENTRY_BYTES = 4 << 20
 
 
+# A submitted command waiting to be proposed: (command, its future, deadline
+# on the monotonic clock, early ack wanted).
+Pending = tuple[Any, Future[Any], float, bool]
+
+
 class ReplicatedGroup(SafeSyncObj):
     def __init__(
         self,
@@ -60,7 +65,7 @@ class ReplicatedGroup(SafeSyncObj):
         self.key = key
         self._host = host
         self._lock = threading.Lock()
-        self._pending: list[tuple[Any, Future[Any], float, bool]] = []
+        self._pending: list[Pending] = []
         self._inflight: dict[int, tuple[list[Future[Any]], float]] = {}
         self._seq = 0
         self.lease_quorum_s = lease_quorum_s
@@ -87,6 +92,12 @@ class ReplicatedGroup(SafeSyncObj):
 
     def apply_bytes(self, index: int, data: bytes) -> Any:
         raise NotImplementedError
+
+    def riders(self, pending: list[Pending]) -> list[Pending]:
+        """Commands to propose in the same entries as ``pending`` (driver
+        thread, leader only, just before proposing): e.g. the leases of long
+        polls waiting for what ``pending`` will make visible. Default: none."""
+        return []
 
     def predict(self, data: bytes) -> Any:
         """The result applying ``data`` now would give, without keeping its
@@ -130,10 +141,11 @@ class ReplicatedGroup(SafeSyncObj):
             for _, fut, _, _ in pending:
                 _fail(fut, err)
             return
+        pending.extend(self.riders(pending))
         for start in range(0, len(pending), MAX_COMMANDS_PER_ENTRY):
             self._propose(pending[start : start + MAX_COMMANDS_PER_ENTRY])
 
-    def _propose(self, chunk: list[tuple[Any, Future[Any], float, bool]]) -> None:
+    def _propose(self, chunk: list[Pending]) -> None:
         commands = [c for c, _, _, _ in chunk]
         payload = self.encode_batch(commands)
         if len(payload) > MAX_ENTRY_BYTES and len(chunk) > 1:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -27,9 +28,10 @@ from typing import Any
 from raft_queue.core import codec, commands
 from raft_queue.core.partition import PartitionMachine
 from raft_queue.replication import snapshot
-from raft_queue.replication.group import ReplicatedGroup
+from raft_queue.replication.group import Pending, ReplicatedGroup
 from raft_queue.replication.host import RaftHost
 from raft_queue.replication.raft import make_conf
+from raft_queue.replication.standing import StandingLeases
 from raft_queue.storage.lmdb_store import LmdbStore
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,26 @@ _WAKING_TAGS = frozenset(codec.tag_of(cls) for cls in (*_WAKING, commands.Batch)
 
 def _may_wake(data: bytes) -> bool:
     return bool(data) and data[0] in _WAKING_TAGS
+
+
+# Proposing one of these takes the standing leases along (see standing.py).
+# Ack only in FIFO queues (it may release its key's next record); elsewhere
+# an ack makes nothing visible and a lease beside it would find nothing.
+_RIDDEN = frozenset(
+    (
+        commands.Append,
+        commands.AppendBlobs,
+        commands.Nack,
+        commands.ChangeVisibility,
+        commands.Configure,
+        commands.Expire,
+    )
+)
+_RIDDEN_FIFO = _RIDDEN | {commands.Ack}
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class _Predicted(Exception):
@@ -84,6 +106,8 @@ class PartitionReplica(ReplicatedGroup):
         self.data_dir = data_dir
         self.on_wake: Callable[[], None] | None = None  # driver thread; see module doc
         self.applied_entries = 0  # entries applied since open (housekeeping skips idle groups)
+        self.standing = StandingLeases()  # long polls waiting here (standing.py)
+        self._ridden = _RIDDEN
         self.machine = PartitionMachine()
         self.store = LmdbStore(os.path.join(data_dir, "lmdb"), tables=PartitionMachine.TABLES)
         conf = make_conf(
@@ -112,6 +136,18 @@ class PartitionReplica(ReplicatedGroup):
         if len(cmds) == 1:
             return commands.encode(cmds[0])
         return commands.encode(commands.Batch(tuple(cmds)))
+
+    def submit(self, command: Any, timeout_s: float = 10.0, early: bool = False) -> Future[Any]:
+        if type(command) is commands.Configure:  # every leader is configured first
+            fifo = command.config.ordering == "fifo"
+            self._ridden = _RIDDEN_FIFO if fifo else _RIDDEN
+        return super().submit(command, timeout_s, early)
+
+    def riders(self, pending: list[Pending]) -> list[Pending]:
+        """The standing leases, if ``pending`` may make records visible."""
+        if not self.standing or not any(type(p[0]) in self._ridden for p in pending):
+            return []
+        return [(lease, fut, at, False) for lease, fut, at in self.standing.claim(_wall_ms)]
 
     def split_results(self, result: Any, count: int) -> list[Any]:
         if isinstance(result, BaseException) or result is None:

@@ -22,14 +22,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Future
+from functools import partial
 from typing import Any
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.core import commands as cmd
 from raft_queue.replication.partition import PartitionReplica
+from raft_queue.replication.standing import Standing
 from raft_queue.server import convert
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.peers import RemoteError
@@ -145,6 +147,7 @@ class Receiver:
         if leadership moved away from ``plan`` (the caller plans again)."""
         loop = asyncio.get_running_loop()
         plan = plan or self._plan(q)
+        try_now = True
         while True:
             local, _ = self.c.split_partitions(q.name, q.spec.partitions)
             if self._plan(q) != plan:
@@ -152,12 +155,46 @@ class Receiver:
             keys = [(q.name, part) for part, _ in local]
             seen = self.c.wakeups.seen(keys)
             out: list[Any] = []
-            await self._lease_local(q, consumer, max_n, visibility, out)
+            if try_now:
+                await self._lease_local(q, consumer, max_n, visibility, out)
             remaining = deadline - loop.time()
             if out or remaining <= 0:
                 return out
             sleep_s = min(remaining, RECHECK_S, _until_due_s([r for _, r in local]))
-            await self.c.wakeups.wait(keys, seen, sleep_s)
+            stand = (q, local, consumer, max_n, visibility)
+            out, try_now = await self._stand(*stand, self.c.wakeups.wait(keys, seen, sleep_s))
+            if out:
+                return out
+
+    async def _stand(
+        self,
+        q: Any,
+        local: list[tuple[int, PartitionReplica]],
+        consumer: str,
+        max_n: int,
+        visibility: int,
+        woken: Coroutine[Any, Any, bool],
+    ) -> tuple[list[Any], bool]:
+        """Leave a standing lease on every local leader (replication/standing.py)
+        and sleep until one rides on a waking entry or ``woken`` ends (a
+        wake-up, or the sleep's end). Returns the messages leased and whether
+        to try a Lease of our own next (not when a standing lease was just
+        applied and found nothing: that was the try)."""
+        stands = [(p, r, r.standing.stand(consumer, max_n, visibility, 30.0)) for p, r in local]
+        waker = asyncio.ensure_future(woken)
+        wrapped = [asyncio.wrap_future(s.future) for _, _, s in stands]
+        for w in wrapped:  # outcomes are read from the concurrent futures
+            w.add_done_callback(_retrieved)
+        try:
+            await asyncio.wait({waker, *wrapped}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # cancelled: every lease taken for us goes back
+            _withdraw(stands, keep=False)
+            raise
+        finally:
+            waker.cancel()
+        claimed = _withdraw(stands, keep=True)
+        out = [m for part, res in claimed for m in self._messages(q, part, res)]
+        return out, not claimed
 
     async def _lease_local(
         self, q: Any, consumer: str, max_n: int, visibility: int, out: list[Any]
@@ -177,13 +214,20 @@ class Receiver:
                     res = await _submit_lease(replica, lease, self.c.timeout_s)
                 except errors.QueueError:
                     continue  # lost leadership or timed out: other partitions still serve
-                for m in res.messages:
-                    receipt = convert.encode_receipt(q.uid, part, m.record.offset, m.epoch)
-                    out.append(convert.message_pb(q.name, part, m.record, receipt, m.receive_count))
+                out.extend(self._messages(q, part, res))
         except asyncio.CancelledError:
             if out:
                 asyncio.ensure_future(self.give_back(q, list(out)))
             raise
+
+    @staticmethod
+    def _messages(q: Any, part: int, res: Any) -> list[Any]:
+        """The Messages of a Lease result of partition ``part``."""
+        out = []
+        for m in res.messages:
+            receipt = convert.encode_receipt(q.uid, part, m.record.offset, m.epoch)
+            out.append(convert.message_pb(q.name, part, m.record, receipt, m.receive_count))
+        return out
 
     async def give_back(self, q: Any, messages: list[Any]) -> None:
         """Nack (delay 0) leases this node took but will not deliver."""
@@ -263,6 +307,31 @@ def _nack_unwanted(replica: PartitionReplica, fut: Future[Any]) -> None:
     refs = tuple(cmd.ReceiptRef(m.record.offset, m.epoch) for m in fut.result().messages)
     if refs:
         replica.submit(cmd.Nack(refs, 0, now_ms()))
+
+
+Stand = tuple[int, PartitionReplica, Standing]
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()  # seen: asyncio must not log it as never retrieved
+
+
+def _withdraw(stands: list[Stand], keep: bool) -> list[tuple[int, Any]]:
+    """Withdraw standing leases. Those already taken: with ``keep``, the
+    (partition, Lease result) of each applied one; every other taken lease
+    (still in flight, or all of them without ``keep``) is given back once it
+    applies."""
+    kept: list[tuple[int, Any]] = []
+    for part, replica, s in stands:
+        if replica.standing.withdraw(s):
+            continue  # never taken
+        fut = s.future
+        if keep and fut.done() and not fut.cancelled() and fut.exception() is None:
+            kept.append((part, fut.result()))
+        else:
+            fut.add_done_callback(partial(_nack_unwanted, replica))
+    return kept
 
 
 def _until_due_s(replicas: list[PartitionReplica]) -> float:

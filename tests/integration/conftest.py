@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from raft_queue.errors import Unavailable
-from raft_queue.testing.cluster import LocalCluster
+from raft_queue.replication.host import RaftHost
+from raft_queue.replication.partition import PartitionReplica
+from raft_queue.testing.cluster import LocalCluster, free_port
 
 
 @pytest.fixture
@@ -110,3 +112,36 @@ def wait_identical_replicas(client: Any, queue: str, timeout_s: float = 60.0) ->
         last = digests
         time.sleep(0.5)
     raise AssertionError(f"replicas still differ after {timeout_s}s: {last}")
+
+
+def wait_for(pred: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def group(tmp_path: Path) -> Iterator[list[PartitionReplica]]:
+    """Three replicas of one partition in this process, each on its own
+    RaftHost (driver thread), over loopback TCP with journals and LMDB."""
+    addrs = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    hosts, replicas = [], []
+    for a in addrs:
+        host = RaftHost(idle_tick_s=0.02)
+        host.start()
+        peers = [x for x in addrs if x != a]
+
+        def open_(a: str = a, host: RaftHost = host, peers: list[str] = peers) -> PartitionReplica:
+            r = PartitionReplica(
+                "p0", host, a, peers, str(tmp_path / a.replace(":", "_")),
+                election_timeout_s=(0.4, 0.8),
+            )  # fmt: skip
+            host.add(r)
+            return r
+
+        replicas.append(host.call(open_).result(10))
+        hosts.append(host)
+    yield replicas
+    for h in hosts:
+        h.stop()

@@ -11,52 +11,17 @@ must all apply such entries, the largest several MiB, and end identical.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from pysyncobj import pickle as raft_pickle
 
 from raft_queue.core import commands as cmd
-from raft_queue.replication.host import RaftHost
 from raft_queue.replication.partition import PartitionReplica
-from raft_queue.testing.cluster import free_port
+from tests.integration.conftest import wait_for
 
 pytestmark = pytest.mark.integration
 
 CHUNK = 1 << 16  # pysyncobj's default appendEntriesBatchSizeBytes
-
-
-def wait_for(pred: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
-@pytest.fixture
-def group(tmp_path: Path) -> Iterator[list[PartitionReplica]]:
-    addrs = [f"127.0.0.1:{free_port()}" for _ in range(3)]
-    hosts, replicas = [], []
-    for a in addrs:
-        host = RaftHost(idle_tick_s=0.02)
-        host.start()
-        peers = [x for x in addrs if x != a]
-
-        def open_(a: str = a, host: RaftHost = host, peers: list[str] = peers) -> PartitionReplica:
-            r = PartitionReplica(
-                "p0", host, a, peers, str(tmp_path / a.replace(":", "_")),
-                election_timeout_s=(0.4, 0.8),
-            )  # fmt: skip
-            host.add(r)
-            return r
-
-        replicas.append(host.call(open_).result(10))
-        hosts.append(host)
-    yield replicas
-    for h in hosts:
-        h.stop()
 
 
 def raft_sizes(payload: bytes) -> tuple[int, int]:

@@ -1,0 +1,77 @@
+"""Standing leases (replication/standing.py): a waiting long poll's Lease rides
+in the same Raft entry as the Append that wakes it, so a message reaches a
+waiting consumer in one round, and is leased on every replica alike.
+
+Three real replicas in this process (journals, LMDB, loopback TCP).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from raft_queue.core import commands as cmd
+from raft_queue.replication.partition import PartitionReplica
+from raft_queue.replication.standing import StandingLeases
+from tests.integration.conftest import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def append(body: bytes) -> cmd.Append:
+    return cmd.Append((cmd.NewRecord(body=body),), now_ms=now_ms())
+
+
+def leader_of(group: list[PartitionReplica]) -> PartitionReplica:
+    wait_for(lambda: any(r.is_leader() for r in group))
+    return next(r for r in group if r.is_leader())
+
+
+def test_a_standing_lease_rides_in_the_appends_entry(group: list[PartitionReplica]) -> None:
+    leader = leader_of(group)
+    leader.submit(append(b"warm-up")).result(10)
+    leader.submit(cmd.Ack((), now_ms())).result(10)  # settle: nothing in flight
+    before = leader.raftLastApplied
+    standing = leader.standing.stand("c1", 10, 30_000, 10.0)
+    leader.submit(append(b"hello")).result(10)
+    result = standing.future.result(10)
+    # One entry for both (the journal grew by one), the lease after the append.
+    assert leader.raftLastApplied == before + 1
+    assert [m.record.body for m in result.messages] == [b"warm-up", b"hello"]
+    assert [m.epoch for m in result.messages] == [1, 1]
+    target = leader.raftLastApplied
+    wait_for(lambda: all(r.raftLastApplied >= target for r in group))
+    assert len({r.digest() for r in group}) == 1, "replicas differ"
+    # Leased on every replica: a second lease finds nothing.
+    again = leader.submit(cmd.Lease("c2", 10, 30_000, now_ms())).result(10)
+    assert again.messages == ()
+
+
+def test_commands_that_make_nothing_visible_carry_no_lease(
+    group: list[PartitionReplica],
+) -> None:
+    leader = leader_of(group)
+    leader.submit(append(b"one")).result(10)
+    standing = leader.standing.stand("c1", 10, 30_000, 10.0)
+    leader.submit(cmd.CommitOffset("g", 1)).result(10)
+    assert not standing.future.done()
+    assert leader.standing.withdraw(standing), "still waiting, so withdrawn untaken"
+    assert standing.future.cancelled()
+
+
+def test_withdraw_after_a_claim_says_a_lease_was_taken() -> None:
+    box = StandingLeases()
+    taken = box.stand("c", 5, 1000, 10.0)
+    expired = box.stand("c", 5, 1000, -1.0)  # its poll is already over
+    claims = box.claim(lambda: 123)
+    assert [(lease.consumer, lease.max_records, lease.now_ms) for lease, _, _ in claims] == [
+        ("c", 5, 123)
+    ]
+    assert expired.future.cancelled(), "an expired request is dropped, not leased"
+    assert not box.withdraw(taken), "claimed: the caller must take or give back its result"
+    assert not box and box.claim(lambda: 0) == []
