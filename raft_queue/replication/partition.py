@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
+from raft_queue import errors
 from raft_queue.core import codec, commands
 from raft_queue.core.partition import PartitionMachine
 from raft_queue.replication import snapshot
@@ -86,6 +87,7 @@ class PartitionReplica(ReplicatedGroup):
         self.applied_entries = 0  # entries applied since open (housekeeping skips idle groups)
         self.machine = PartitionMachine()
         self.store = LmdbStore(os.path.join(data_dir, "lmdb"), tables=PartitionMachine.TABLES)
+        self._check_format()
         conf = make_conf(
             journal_file=os.path.join(data_dir, "raft.journal"),
             dump_file=os.path.join(data_dir, "raft.dump"),
@@ -143,13 +145,22 @@ class PartitionReplica(ReplicatedGroup):
         """Apply ``data`` in a write transaction that is then aborted: the
         result without the effects (driver thread, for early acks)."""
         try:
-            cmd = commands.decode(data)
             with self.store.begin(write=True) as txn:
-                raise _Predicted(self.machine.apply(txn, cmd))
+                raise _Predicted(self.machine.apply_encoded(txn, data))
         except _Predicted as done:
             return done.result
         except Exception:
             return None
+
+    def _check_format(self) -> None:
+        """Refuse (Internal, naming the path) a store written in another data
+        format, rather than misread it: see docs/internals.md, "Data format"."""
+        try:
+            with self.store.begin() as txn:
+                self.machine.check_format(txn)
+        except errors.Internal as exc:
+            self.store.close()
+            raise errors.Internal(f"{self.store.path}: {exc.message}") from exc
 
     # ---- durability -------------------------------------------------------------------
     def set_durability(self, mode: str) -> None:
@@ -232,6 +243,7 @@ class PartitionReplica(ReplicatedGroup):
             self.store.restore_from(image)
         finally:
             snapshot.remove_quietly(image)
+        self._check_format()  # a snapshot from a replica of another version
         return meta
 
     def close(self) -> None:

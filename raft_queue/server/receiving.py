@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -177,9 +176,7 @@ class Receiver:
                     res = await _submit_lease(replica, lease, self.c.timeout_s)
                 except errors.QueueError:
                     continue  # lost leadership or timed out: other partitions still serve
-                for m in res.messages:
-                    receipt = convert.encode_receipt(q.uid, part, m.record.offset, m.epoch)
-                    out.append(convert.message_pb(q.name, part, m.record, receipt, m.receive_count))
+                out.extend(convert.lease_messages(q.name, part, q.uid, res))
         except asyncio.CancelledError:
             if out:
                 asyncio.ensure_future(self.give_back(q, list(out)))
@@ -200,25 +197,22 @@ class Receiver:
         q = self.c.node.queue_spec(request.queue)
         if not request.receipts:
             raise errors.InvalidArgument("receipts", "at least one receipt is required")
-        by_part: dict[int, list[tuple[int, Any]]] = defaultdict(list)
-        for i, receipt in enumerate(request.receipts):
-            part, ref = convert.decode_receipt(i, receipt, q.uid, q.spec.partitions)
-            by_part[part].append((i, ref))
+        by_part = convert.receipts_by_partition(request.receipts, q.uid, q.spec.partitions)
         results: list[Any] = [None] * len(request.receipts)
 
-        async def one(part: int, items: list[tuple[int, Any]]) -> None:
+        async def one(part: int, items: convert.PartReceipts) -> None:
             replica = self.c.local_leader(q.name, part, forwarded)
             if replica is not None:
-                res = await self.c.submit(replica, make(tuple(r for _, r in items), now_ms()))
-                for (i, _), outcome in zip(items, res.outcomes, strict=True):
+                res = await self.c.submit(replica, make(items.runs(), now_ms()))
+                for i, outcome in zip(items.indexes, res.outcomes, strict=True):
                     results[i] = receipt_result(request.receipts[i], outcome)
                 return
             sub = type(request)()
             sub.CopyFrom(request)
             del sub.receipts[:]
-            sub.receipts.extend(request.receipts[i] for i, _ in items)
+            sub.receipts.extend(request.receipts[i] for i in items.indexes)
             resp = await self.c.forward_to_leader(q.name, part, method, sub)
-            for (i, _), res in zip(items, resp.results, strict=True):
+            for i, res in zip(items.indexes, resp.results, strict=True):
                 results[i] = res
 
         await asyncio.gather(*(one(p, items) for p, items in by_part.items()))
@@ -260,7 +254,7 @@ async def _submit_lease(replica: PartitionReplica, lease: cmd.Lease, timeout_s: 
 def _nack_unwanted(replica: PartitionReplica, fut: Future[Any]) -> None:
     if fut.cancelled() or fut.exception() is not None:
         return
-    refs = tuple(cmd.ReceiptRef(m.record.offset, m.epoch) for m in fut.result().messages)
+    refs = tuple(cmd.ReceiptRun(s.offset, s.count, s.epoch) for s in fut.result().spans)
     if refs:
         replica.submit(cmd.Nack(refs, 0, now_ms()))
 

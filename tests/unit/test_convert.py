@@ -1,0 +1,98 @@
+"""The leader's conversions between protobuf and the partition machine
+(``server/convert.py``): no sockets, a MemoryStore machine where needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from raft_queue import errors
+from raft_queue._proto.raft_queue.v1 import queue_pb2
+from raft_queue.config import QueueSpec
+from raft_queue.core.codec import encode
+from raft_queue.core.commands import Append, AppendBlobs, Lease, NewRecord, ReceiptRun
+from raft_queue.core.partition import PartitionMachine
+from raft_queue.core.results import LeaseResult
+from raft_queue.core.segments import summarize
+from raft_queue.server import convert
+from raft_queue.storage import MemoryStore
+
+ENTRIES = [
+    queue_pb2.SendEntry(body=b"plain"),
+    queue_pb2.SendEntry(body=b"keyed", key="k"),
+    queue_pb2.SendEntry(body=b"id", dedup_id="d-1"),
+    queue_pb2.SendEntry(body=b"late", delay_ms=50),
+    queue_pb2.SendEntry(body=b"h", headers={"a": b"1"}),
+]
+
+
+@pytest.mark.parametrize("picked", [[0], [0, 1, 2], [0, 3], [4, 0], [0, 1, 2, 3, 4]])
+def test_record_blobs_come_with_their_own_summary(picked: list[int]) -> None:
+    blobs, summary = convert.record_blobs(ENTRIES, picked, QueueSpec())
+    assert summary == summarize(blobs)
+    records = tuple(convert.new_record(i, ENTRIES[i], QueueSpec()) for i in picked)
+    assert encode(AppendBlobs(blobs, 1, b"r", summary)) == encode(Append(records, 1, b"r"))
+
+
+def _leased(records: list[NewRecord], n: int) -> LeaseResult:
+    machine, store = PartitionMachine(), MemoryStore(PartitionMachine.TABLES)
+    with store.begin(write=True) as txn:
+        machine.apply(txn, Append(tuple(records[:2]), 1))
+        machine.apply(txn, Append(tuple(records[2:]), 2))
+        machine.apply(txn, Lease("c", 1, 0, 3))  # the first record is not in the result
+        result = machine.apply(txn, Lease("c", n, 0, 4))
+    assert isinstance(result, LeaseResult)
+    return result
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_lease_messages_are_the_leased_records_with_their_receipts(keyed: bool) -> None:
+    extra = {"key": "k", "headers": (("h", b"v"),)} if keyed else {}
+    records = [NewRecord(b"r%d" % i, dedup_id=f"d{i}" if keyed else "", **extra) for i in range(5)]
+    result = _leased(records, 3)
+    got = convert.lease_messages("q", 2, 77, result)
+    want = [
+        convert.message_pb(
+            "q", 2, m.record, convert.encode_receipt(77, 2, m.record.offset, 1), m.receive_count
+        )
+        for m in result.messages
+    ]
+    assert got == want
+    assert [m.offset for m in got] == [1, 2, 3]  # across the two appends' segments
+    assert got[0].receipt == "77:2:1:1" and got[0].body == b"r1"
+
+
+def test_receipts_group_by_partition_as_runs_in_request_order() -> None:
+    receipts = ["9:0:5:1", "9:1:7:2", "9:0:6:1", "9:0:8:1", "9:0:3:1", "9:0:4:1", "9:0:4:1"]
+    by_part = convert.receipts_by_partition(receipts, 9, 2)
+    assert by_part[0].indexes == [0, 2, 3, 4, 5, 6]
+    assert by_part[0].runs() == (
+        ReceiptRun(5, 2, 1),
+        ReceiptRun(8, 1, 1),
+        ReceiptRun(3, 2, 1),
+        ReceiptRun(4, 1, 1),  # a repeat is its own run: it settles after the first
+    )
+    assert by_part[1].runs() == (ReceiptRun(7, 1, 2),)
+
+
+@pytest.mark.parametrize(
+    ("receipt", "why"),
+    [
+        ("9:0:5", "not a receipt"),
+        ("9:0:x:1", "not a receipt"),
+        ("8:0:5:1", "another queue"),
+        ("9:2:5:1", "no partition"),
+        ("9:0:5:0", "not a receipt"),
+        ("9:0:-1:1", "not a receipt"),
+    ],
+)
+def test_a_bad_receipt_is_invalid_argument_naming_it(receipt: str, why: str) -> None:
+    with pytest.raises(errors.InvalidArgument, match=why) as info:
+        convert.receipts_by_partition(["9:0:1:1", receipt], 9, 2)
+    assert info.value.field == "receipts[1]"
+
+
+def test_request_ids_are_bounded() -> None:
+    assert convert.check_request_id(b"x" * 64) == b"x" * 64
+    with pytest.raises(errors.InvalidArgument) as info:
+        convert.check_request_id(b"x" * 65)
+    assert info.value.field == "request_id"
