@@ -25,6 +25,7 @@ from raft_queue.client.routing import AnyNode, PartitionLeaders, Router, SomeLea
 from raft_queue.errors import Internal, InvalidArgument, NotFound
 
 MAX_BATCH = 1000  # entries per Send RPC (the server's limit)
+REQUEST_ID_BYTES = 16  # random: as unique as a uuid4
 
 T = TypeVar("T")
 Target = AnyNode | PartitionLeaders | SomeLeaderOf
@@ -134,13 +135,14 @@ def send_batch(
     """Placement: the explicit ``partition``, else the hash of ``key``, else
     the hash of a caller-given ``dedup_id`` (a re-send finds the partition
     that remembers it), else round robin. Entries are grouped by cached
-    leader, one RPC per leader per chunk of ``MAX_BATCH``, in sequence."""
+    leader, one RPC per leader per chunk of ``MAX_BATCH``, in sequence.
+    Each RPC carries a random request id that its retries repeat, so a retry
+    is stored once (``SendRequest.request_id``)."""
     pending = list(messages)
     if not pending:
         return []
     count = yield from partition_count(router, queue)
-    ids = DedupIds()
-    prepared = [_prepare(round_robin, queue, count, m, ids) for m in pending]
+    prepared = [_prepare(round_robin, queue, count, m) for m in pending]
     partitions = [p for p, _ in prepared]
     results: list[SendResult | None] = [None] * len(prepared)
     for indexes in _plan(router, queue, partitions):
@@ -166,43 +168,19 @@ def send_one(
     return results[0]
 
 
-class DedupIds:
-    """Dedup ids for the messages of one ``send_batch``: 32 hex digits, 24 of
-    them random per batch (96 bits, as unique as a uuid4 for this purpose) and
-    8 counting the batch's messages. One ``os.urandom`` per batch instead of a
-    uuid4 per message, which was a large share of the client's CPU."""
-
-    __slots__ = ("_base", "_n")
-
-    def __init__(self) -> None:
-        self._base = os.urandom(12).hex()
-        self._n = 0
-
-    def next(self) -> str:
-        n = self._n
-        if n > 0xFFFFFFFF:  # 4 billion messages in one call: a new random part
-            self._base, n = os.urandom(12).hex(), 0
-        self._n = n + 1
-        return f"{self._base}{n:08x}"
-
-
 # A prepared entry: its partition, and either the SendEntry or, for a bare
-# body (the bulk case), (body, dedup_id) to be added straight into the request.
-Prepared = tuple[int, queue_pb2.SendEntry | tuple[bytes, str]]
+# body (the bulk case), the body to be added straight into the request.
+Prepared = tuple[int, queue_pb2.SendEntry | bytes]
 
 
 def _prepare(
-    round_robin: RoundRobin,
-    queue: str,
-    count: int,
-    message: OutgoingMessage | bytes | str,
-    ids: DedupIds,
+    round_robin: RoundRobin, queue: str, count: int, message: OutgoingMessage | bytes | str
 ) -> Prepared:
-    """Fix a message's partition and dedup id once, so every retry sends the same entry."""
+    """Fix a message's partition once, so every retry sends the same entry."""
     if not isinstance(message, OutgoingMessage):
         body = message if type(message) is bytes else models.to_body(message)
         partition = round_robin.next(queue, count) if count > 1 else 0
-        return partition, (body, ids.next())
+        return partition, body
     if message.partition is not None and message.partition < 0:
         raise InvalidArgument("partition", f"must be >= 0, got {message.partition}")
     if message.partition is not None:
@@ -213,19 +191,21 @@ def _prepare(
         partition = partition_for_key(message.dedup_id, count)
     else:
         partition = round_robin.next(queue, count) if count > 1 else 0
-    dedup_id = message.dedup_id or ids.next()
-    return partition, models.entry_to_pb(message, partition, dedup_id)
+    return partition, models.entry_to_pb(message, partition)
 
 
 def _send_request(queue: str, chunk: list[Prepared]) -> queue_pb2.SendRequest:
-    """One Send RPC's request. Bare bodies are added in place (no SendEntry
-    built and then copied: a large share of the client's CPU in W2)."""
-    request = models.build_request(queue_pb2.SendRequest, queue=queue)
+    """One Send RPC's request, with a fresh random request id (the RPC's
+    retries resend this very request). Bare bodies are added in place (no
+    SendEntry built and then copied: a large share of the client's CPU in W2)."""
+    request = models.build_request(
+        queue_pb2.SendRequest, queue=queue, request_id=os.urandom(REQUEST_ID_BYTES)
+    )
     entries = request.entries
     add = entries.add
     for partition, item in chunk:
-        if type(item) is tuple:
-            add(body=item[0], dedup_id=item[1], partition=partition)
+        if type(item) is bytes:
+            add(body=item, partition=partition)
         else:
             entries.append(item)
     return request

@@ -70,7 +70,9 @@ class QueueInfo:
 
 @dataclass(frozen=True, slots=True)
 class OutgoingMessage:
-    """One message to send. ``dedup_id=None``: the client assigns one (uuid4)."""
+    """One message to send. ``dedup_id``: your idempotency key for this
+    message (kept for the queue's dedup window, across calls); None: none,
+    and the SDK's retries of the RPC are still stored once (request id)."""
 
     body: bytes | str
     key: str = ""
@@ -341,13 +343,11 @@ def _to_bytes(field_name: str, value: bytes | str) -> bytes:
     raise InvalidArgument(field_name, f"must be bytes or str, got {type(value).__name__}")
 
 
-def entry_to_pb(msg: OutgoingMessage, partition: int, dedup_id: str) -> queue_pb2.SendEntry:
-    """The wire entry for ``msg``, placed on ``partition`` with its final dedup id."""
-    fields: dict[str, Any] = {
-        "body": _to_bytes("body", msg.body),
-        "dedup_id": dedup_id,
-        "partition": partition,
-    }
+def entry_to_pb(msg: OutgoingMessage, partition: int) -> queue_pb2.SendEntry:
+    """The wire entry for ``msg``, placed on ``partition``."""
+    fields: dict[str, Any] = {"body": _to_bytes("body", msg.body), "partition": partition}
+    if msg.dedup_id:
+        fields["dedup_id"] = msg.dedup_id
     if msg.key:
         fields["key"] = msg.key
     if msg.headers:

@@ -93,7 +93,9 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
     @handled
     async def Send(self, request: Any, context: Any) -> Any:  # noqa: N802
         q = self.node.queue_spec(request.queue)
-        results = await self.sender.send(q, request.entries, is_forwarded(context))
+        results = await self.sender.send(
+            q, request.entries, is_forwarded(context), request.request_id
+        )
         return sending.response(results)
 
     @handled

@@ -61,6 +61,7 @@ class FakeQueue:
     config: queue_pb2.QueueConfig
     logs: list[list[queue_pb2.Message]]
     dedup: dict[str, tuple[int, int]] = field(default_factory=dict)
+    requests: dict[bytes, queue_pb2.SendResponse] = field(default_factory=dict)
     leases: dict[tuple[int, int], int] = field(default_factory=dict)  # -> epoch
     acked: set[tuple[int, int]] = field(default_factory=set)
     offsets: dict[str, dict[int, int]] = field(default_factory=dict)
@@ -211,6 +212,11 @@ class FakeCluster:
 
     def rpc_Send(self, node, req):
         q = self._queue(req.queue)
+        if req.request_id and req.request_id in q.requests:  # a retry: the first results
+            first = q.requests[req.request_id]
+            for r in first.results:
+                r.duplicate = True
+            return first
         results = []
         for entry in req.entries:
             p = entry.partition if entry.HasField("partition") else 0
@@ -238,7 +244,10 @@ class FakeCluster:
                 q.dedup[entry.dedup_id] = (p, offset)
             durability = queue_pb2.DURABILITY_FSYNC
             results.append(queue_pb2.SendResult(partition=p, offset=offset, durability=durability))
-        return queue_pb2.SendResponse(results=results)
+        response = queue_pb2.SendResponse(results=results)
+        if req.request_id:
+            q.requests[req.request_id] = queue_pb2.SendResponse(results=results)
+        return response
 
     def rpc_Receive(self, node, req):
         q = self._queue(req.queue)
@@ -443,15 +452,18 @@ def test_create_with_a_different_definition_is_already_exists(client):
 # ---- send: dedup ids, retries ------------------------------------------------------
 
 
-def test_send_assigns_a_dedup_id_and_reports_placement(client, cluster):
+def test_send_gives_each_rpc_a_random_request_id_and_reports_placement(client, cluster):
     cluster.add_queue("q")
     result = client.send("q", "hello", headers={"trace": "abc"})
     assert (result.partition, result.offset, result.duplicate) == (0, 0, False)
     assert result.durability == "fsync"
-    ((_, request),) = cluster.calls_of("Send")
+    client.send_batch("q", [b"a", b"b"])
+    (_, request), (_, other) = cluster.calls_of("Send")
     entry = request.entries[0]
-    assert re.fullmatch(r"[0-9a-f]{32}", entry.dedup_id)
+    assert entry.dedup_id == ""  # no per-message id unless the caller gives one
+    assert len(request.request_id) == 16 and request.request_id != other.request_id
     assert entry.body == b"hello" and entry.headers["trace"] == b"abc"
+    assert [e.dedup_id for e in other.entries] == ["", ""]
 
 
 def test_explicit_dedup_id_is_sent_and_repeats_are_duplicates(client, cluster):
@@ -462,13 +474,13 @@ def test_explicit_dedup_id_is_sent_and_repeats_are_duplicates(client, cluster):
     assert [r.entries[0].dedup_id for _, r in cluster.calls_of("Send")] == ["order-17"] * 2
 
 
-def test_unavailable_is_retried_with_backoff_and_the_same_dedup_id(client, cluster, sleeps):
+def test_unavailable_is_retried_with_backoff_and_the_same_request_id(client, cluster, sleeps):
     cluster.add_queue("q")
     cluster.fail("Send", errors.Unavailable("no quorum"), times=2)
     result = client.send("q", b"payload")
     assert result.offset == 0
-    dedup_ids = [r.entries[0].dedup_id for _, r in cluster.calls_of("Send")]
-    assert len(dedup_ids) == 3 and len(set(dedup_ids)) == 1
+    request_ids = [r.request_id for _, r in cluster.calls_of("Send")]
+    assert len(request_ids) == 3 and len(set(request_ids)) == 1
     assert len(sleeps) == 2
     assert 0 <= sleeps[0] <= 0.05 and 0 <= sleeps[1] <= 0.1  # full jitter under the ceilings
 
@@ -479,7 +491,7 @@ def test_lost_response_is_retried_without_duplicating_the_message(client, cluste
     result = client.send("q", b"once")
     assert result.duplicate and result.offset == 0
     assert len(cluster.queues["q"].logs[0]) == 1
-    first, second = (r.entries[0].dedup_id for _, r in cluster.calls_of("Send"))
+    first, second = (r.request_id for _, r in cluster.calls_of("Send"))
     assert first == second
 
 
@@ -518,7 +530,7 @@ def test_not_leader_reroutes_at_once_to_the_hinted_leader(client, cluster, sleep
     cluster.forward = False
     client.send("q", b"a")
     assert nodes_called(cluster, "Send") == [0, 1]
-    first, second = (r.entries[0].dedup_id for _, r in cluster.calls_of("Send"))
+    first, second = (r.request_id for _, r in cluster.calls_of("Send"))
     assert first == second
     assert sleeps == []  # a redirect is not a backoff
     client.send("q", b"b")  # the hint was cached

@@ -198,12 +198,14 @@ class PurgeQueueResponse(_message.Message):
     def __init__(self, removed: _Optional[int] = ...) -> None: ...
 
 class SendRequest(_message.Message):
-    __slots__ = ("queue", "entries")
+    __slots__ = ("queue", "entries", "request_id")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     queue: str
     entries: _containers.RepeatedCompositeFieldContainer[SendEntry]
-    def __init__(self, queue: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[SendEntry, _Mapping]]] = ...) -> None: ...
+    request_id: bytes
+    def __init__(self, queue: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[SendEntry, _Mapping]]] = ..., request_id: _Optional[bytes] = ...) -> None: ...
 
 class SendResponse(_message.Message):
     __slots__ = ("results",)
