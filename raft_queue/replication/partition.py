@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from raft_queue import errors
@@ -191,12 +192,25 @@ class PartitionReplica(ReplicatedGroup):
         return out
 
     # ---- reads (any thread) ------------------------------------------------------------
+    @contextmanager
+    def _reading(self) -> Iterator[Any]:
+        """A read txn; Unavailable (retryable) once the replica was stopped,
+        which another thread may do at any time (the reconciler)."""
+        with ExitStack() as stack:
+            try:
+                txn = stack.enter_context(self.store.begin())
+            except errors.Internal:
+                if not self.store.closed:
+                    raise
+                raise errors.Unavailable(f"{self.key}: replica stopped") from None
+            yield txn
+
     def read(self, offset: int, max_records: int) -> Any:
-        with self.store.begin() as txn:
+        with self._reading() as txn:
             return self.machine.read(txn, offset, max_records)
 
     def stats(self, now_ms: int) -> Any:
-        with self.store.begin() as txn:
+        with self._reading() as txn:
             return self.machine.stats(txn, now_ms)
 
     def next_due_ms(self) -> int | None:
@@ -206,7 +220,7 @@ class PartitionReplica(ReplicatedGroup):
         due = getattr(self.machine, "next_due_ms", None)
         if due is None:
             return None
-        with self.store.begin() as txn:
+        with self._reading() as txn:
             result: int | None = due(txn)
             return result
 
@@ -216,15 +230,15 @@ class PartitionReplica(ReplicatedGroup):
         history = getattr(self.machine, "history", None)
         if history is None:
             return None
-        with self.store.begin() as txn:
+        with self._reading() as txn:
             return history(txn, offset)
 
     def offsets(self) -> dict[str, int]:
-        with self.store.begin() as txn:
+        with self._reading() as txn:
             return self.machine.offsets(txn)
 
     def digest(self) -> str:
-        with self.store.begin() as txn:
+        with self._reading() as txn:
             return self.machine.digest(txn)
 
     # ---- snapshots (driver thread, called by pysyncobj) -----------------------------------

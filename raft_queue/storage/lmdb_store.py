@@ -276,6 +276,10 @@ class LmdbStore:
     def path(self) -> Path:
         return self._path
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def _open(self) -> None:
         self._path.mkdir(parents=True, exist_ok=True)
         with _LMDB_ERRORS:

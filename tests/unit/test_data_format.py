@@ -53,3 +53,14 @@ def test_a_replica_opening_format_1_data_fails_naming_its_path(tmp_path: Path) -
     assert str(tmp_path / "lmdb") in info.value.message
     assert "format 1" in info.value.message
     LmdbStore(tmp_path / "lmdb", PartitionMachine.TABLES).close()  # it was closed on the way out
+
+
+def test_reads_of_a_stopped_replica_are_unavailable_not_internal(tmp_path: Path) -> None:
+    """The reconciler stops replicas on its own thread while status calls read them."""
+    replica = PartitionReplica.__new__(PartitionReplica)  # its reads only, no Raft group
+    replica.key, replica.machine = "q/0", PartitionMachine()
+    replica.store = LmdbStore(tmp_path / "lmdb", PartitionMachine.TABLES)
+    assert replica.stats(0).messages == 0
+    replica.store.close()
+    with pytest.raises(errors.Unavailable, match="replica stopped"):
+        replica.stats(0)
