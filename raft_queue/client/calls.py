@@ -51,13 +51,27 @@ class Call:
 Flow = Generator[Call, Any, T]
 
 
+def receipt_items(receipts: Receipts) -> list[str | Message]:
+    """One receipt, a Message, or an iterable of either (a str is one receipt), as a list."""
+    return [receipts] if isinstance(receipts, str | Message) else list(receipts)
+
+
 def receipt_list(receipts: Receipts) -> list[str]:
     """Accept one receipt, a Message, or an iterable of either (a str is one receipt)."""
-    items = [receipts] if isinstance(receipts, str | Message) else list(receipts)
-    out = [r.receipt if isinstance(r, Message) else r for r in items]
+    out = [r.receipt if isinstance(r, Message) else r for r in receipt_items(receipts)]
     if not all(isinstance(r, str) and r for r in out):
         raise InvalidArgument("receipts", "every receipt must be a non-empty string")
     return out
+
+
+def _settle_target(queue: str, items: list[str | Message]) -> PartitionLeaders | SomeLeaderOf:
+    """Messages say their partition: straight to its leader when they share
+    one (no forwarding hop, where the receipts would be parsed twice); bare
+    receipt strings go to some leader of the queue. The server routes the rest."""
+    parts = {m.partition for m in items if isinstance(m, Message) and m.queue == queue}
+    if parts and all(isinstance(m, Message) for m in items):
+        return PartitionLeaders(queue, sorted(parts))
+    return SomeLeaderOf(queue)
 
 
 # ---- queues ----------------------------------------------------------------------
@@ -256,16 +270,19 @@ def receive(
 def settle(
     rpc: str, request_cls: Any, queue: str, receipts: Receipts, **fields: Any
 ) -> Flow[list[models.ReceiptResult]]:
-    """Ack-like calls go to any node (the server routes each receipt).
+    """Ack-like calls go to a leader of the receipts' partitions (any node
+    would do: the server routes each receipt).
 
     Retried even after OutcomeUnknown: a repeat reports the receipt as not
     ok ("not found" / "stale") although the first attempt took effect.
     """
+    items = receipt_items(receipts)
+    listed = receipt_list(items)
     request = models.build_request(
-        request_cls, queue=queue, receipts=receipt_list(receipts), **fields
+        request_cls, queue=queue, receipts=listed, failures_only=True, **fields
     )
-    response = yield Call(rpc, request)
-    return [models.receipt_result_from_pb(r) for r in response.results]
+    response = yield Call(rpc, request, _settle_target(queue, items))
+    return models.receipt_results_from_pb(listed, response)
 
 
 # ---- replay -----------------------------------------------------------------------------

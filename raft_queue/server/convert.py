@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 from raft_queue import errors
@@ -259,6 +260,12 @@ class PartReceipts:
                 return
         runs.append([offset, 1, epoch])
 
+    def add_run(self, n: int, offset: int, epoch: int) -> None:
+        """The next ``n`` receipts of the request: offsets ``offset ..``, one epoch."""
+        start = len(self.indexes) and self.indexes[-1] + 1
+        self.indexes.extend(range(start, start + n))
+        self._runs.append([offset, n, epoch])
+
     def runs(self) -> tuple[ReceiptRun, ...]:
         return tuple(ReceiptRun(s, n, e) for s, n, e in self._runs)
 
@@ -268,6 +275,9 @@ def receipts_by_partition(
 ) -> dict[int, PartReceipts]:
     """Every receipt parsed and checked (InvalidArgument ``receipts[i]`` at
     the first bad one, before anything is applied), grouped by partition."""
+    bulk = _one_partition(receipts, uid, partitions)
+    if bulk is not None:
+        return bulk
     by_part: dict[int, PartReceipts] = {}
     for i, receipt in enumerate(receipts):
         try:
@@ -291,6 +301,38 @@ def receipts_by_partition(
             entry = by_part[part] = PartReceipts()
         entry.add(i, offset, epoch)
     return by_part
+
+
+def _one_partition(
+    receipts: Sequence[str], uid: int, partitions: int
+) -> dict[int, PartReceipts] | None:
+    """``receipts_by_partition`` for the usual ack (every receipt good, all
+    of one partition), parsed in bulk by C loops; None for anything else
+    (the receipt-by-receipt path then names the bad one)."""
+    n = len(receipts)
+    if not n or list(map(str.count, receipts, repeat(":", n))).count(3) != n:
+        return None
+    try:
+        ints = list(map(int, ":".join(receipts).split(":")))
+    except ValueError:
+        return None
+    part, offsets, epochs = ints[1], ints[2::4], ints[3::4]
+    if (
+        ints[0::4].count(uid) != n
+        or ints[1::4].count(part) != n
+        or not 0 <= part < partitions
+        or not (min(offsets) >= 0 and max(offsets) <= U64_MAX)
+        or not (min(epochs) > 0 and max(epochs) <= U32_MAX)
+    ):
+        return None
+    entry = PartReceipts()
+    first = offsets[0]
+    if epochs.count(epochs[0]) == n and offsets == list(range(first, first + n)):
+        entry.add_run(n, first, epochs[0])  # one lease's receipts, in order
+    else:
+        for i, (offset, epoch) in enumerate(zip(offsets, epochs, strict=True)):
+            entry.add(i, offset, epoch)
+    return {part: entry}
 
 
 def check_range(value: int, lo: int, hi: int, field: str) -> int:

@@ -192,8 +192,10 @@ class Receiver:
     async def settle(
         self, request: Any, forwarded: bool, make: Callable[..., Any], method: str
     ) -> list[Any]:
-        """One ReceiptResult per receipt, in order; each partition's receipts
-        go to its leader as one command (one Raft entry, or part of one)."""
+        """One result per receipt, in order: its outcome (``"ok"``, ...) when
+        settled here, a ReceiptResult when forwarded (``receipts_response``
+        makes the response); each partition's receipts go to its leader as
+        one command (one Raft entry, or part of one)."""
         q = self.c.node.queue_spec(request.queue)
         if not request.receipts:
             raise errors.InvalidArgument("receipts", "at least one receipt is required")
@@ -205,10 +207,11 @@ class Receiver:
             if replica is not None:
                 res = await self.c.submit(replica, make(items.runs(), now_ms()))
                 for i, outcome in zip(items.indexes, res.outcomes, strict=True):
-                    results[i] = receipt_result(request.receipts[i], outcome)
+                    results[i] = outcome
                 return
             sub = type(request)()
             sub.CopyFrom(request)
+            sub.failures_only = False  # one result per receipt, matched by position
             del sub.receipts[:]
             sub.receipts.extend(request.receipts[i] for i in items.indexes)
             resp = await self.c.forward_to_leader(q.name, part, method, sub)
@@ -273,6 +276,27 @@ NOT_FOUND_REASON = "not found: already acked, dead-lettered, expired or purged"
 
 
 _REASONS = {"stale": STALE_REASON, "not_found": NOT_FOUND_REASON}
+
+
+def receipts_response(request: Any, results: list[Any]) -> Any:
+    """The ReceiptsResponse for ``Receiver.settle``'s results: in full, or,
+    if the request asked for ``failures_only``, the failed receipts only
+    (with their indexes): an ack of a whole lease answers with nothing."""
+    out = queue_pb2.ReceiptsResponse()
+    receipts = request.receipts
+    if not request.failures_only:
+        out.results.extend(_result_pb(receipts[i], r) for i, r in enumerate(results))
+        return out
+    out.failures_only = True
+    for i, r in enumerate(results):
+        if r != "ok" and (type(r) is str or not r.ok):
+            out.failed.append(i)
+            out.results.append(_result_pb(receipts[i], r))
+    return out
+
+
+def _result_pb(receipt: str, result: Any) -> Any:
+    return receipt_result(receipt, result) if type(result) is str else result
 
 
 def receipt_result(receipt: str, outcome: str) -> Any:

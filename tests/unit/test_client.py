@@ -101,6 +101,7 @@ class FakeCluster:
             self.calls: list[tuple[int, str, object]] = []
             self.failures: list[Failure] = []
             self.forward = True  # False: non-leaders answer NotLeader
+            self.full_receipt_results = False  # True: ignore failures_only (older servers)
         return self
 
     def stop(self) -> None:
@@ -279,7 +280,12 @@ class FakeCluster:
             results.append(
                 queue_pb2.ReceiptResult(receipt=receipt, ok=ok, error="" if ok else "not found")
             )
-        return queue_pb2.ReceiptsResponse(results=results)
+        if not req.failures_only or self.full_receipt_results:  # as servers before the field
+            return queue_pb2.ReceiptsResponse(results=results)
+        failed = [i for i, r in enumerate(results) if not r.ok]
+        return queue_pb2.ReceiptsResponse(
+            results=[results[i] for i in failed], failed=failed, failures_only=True
+        )
 
     def rpc_Ack(self, node, req):
         def ack(q, key):
@@ -621,6 +627,27 @@ def test_receive_then_ack_and_a_second_ack_is_not_ok(client, cluster):
     assert request.visibility_ms == 1000 and request.wait_ms == 10
 
 
+@pytest.mark.parametrize("full", [False, True])
+def test_receipt_results_are_one_per_receipt_whether_the_server_lists_all_or_failures(
+    client, cluster, full
+):
+    cluster.add_queue("q")
+    cluster.full_receipt_results = full
+    client.send_batch("q", [b"1", b"2", b"3"])
+    a, b, c = client.receive("q", max_messages=3)
+    client.ack("q", b)
+    results = client.ack("q", [a, b, c.receipt, b])
+    assert [(r.receipt, r.ok) for r in results] == [
+        (a.receipt, True),
+        (b.receipt, False),
+        (c.receipt, True),
+        (b.receipt, False),
+    ]
+    assert results[1].error == "not found"
+    (_, request) = cluster.calls_of("Ack")[-1]
+    assert request.failures_only
+
+
 def test_nack_and_change_visibility_return_one_result_per_receipt(client, cluster):
     cluster.add_queue("q")
     client.send_batch("q", [b"1", b"2"])
@@ -629,6 +656,17 @@ def test_nack_and_change_visibility_return_one_result_per_receipt(client, cluste
     assert [r.ok for r in client.nack("q", leased, delay_ms=5)] == [True, True]
     assert cluster.calls_of("Nack")[0][1].delay_ms == 5
     assert len(client.receive("q", max_messages=5)) == 2
+
+
+def test_acks_of_received_messages_go_to_their_partition_leader(client, cluster):
+    cluster.add_queue("q", partitions=2, leaders=[1, 0])
+    client.send_batch("q", [OutgoingMessage(b"a", partition=0), OutgoingMessage(b"b", partition=1)])
+    leased = sorted(client.receive("q", max_messages=10), key=lambda m: m.partition)
+    assert [r.ok for r in client.ack("q", leased[1])] == [True]
+    assert [r.ok for r in client.nack("q", [leased[0]])] == [True]
+    assert [r.ok for r in client.change_visibility("q", leased[0].receipt, 5)] == [False]
+    assert nodes_called(cluster, "Ack") == [0] and nodes_called(cluster, "Nack") == [1]
+    assert len(nodes_called(cluster, "ChangeVisibility")) == 1  # a bare receipt: some leader
 
 
 def test_out_of_range_request_values_name_the_field(client, cluster):

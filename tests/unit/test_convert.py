@@ -74,6 +74,20 @@ def test_receipts_group_by_partition_as_runs_in_request_order() -> None:
     assert by_part[1].runs() == (ReceiptRun(7, 1, 2),)
 
 
+def test_one_lease_of_receipts_is_one_run_and_odd_lists_parse_as_one_by_one() -> None:
+    lease = [f"9:1:{o}:3" for o in range(100, 1100)]
+    (entry,) = convert.receipts_by_partition(lease, 9, 2).values()
+    assert entry.indexes == list(range(1000)) and entry.runs() == (ReceiptRun(100, 1000, 3),)
+    mixed = ["9:1:5:3", "9:1:6:3", "9:1:6:3", "9:1:9:4"]
+    (entry,) = convert.receipts_by_partition(mixed, 9, 2).values()
+    assert entry.indexes == [0, 1, 2, 3]
+    assert entry.runs() == (ReceiptRun(5, 2, 3), ReceiptRun(6, 1, 3), ReceiptRun(9, 1, 4))
+    # Two malformed receipts whose parts add up to 8 fields are still refused.
+    with pytest.raises(errors.InvalidArgument) as info:
+        convert.receipts_by_partition(["9:0:1:1:9", "0:2:1"], 9, 2)
+    assert info.value.field == "receipts[0]"
+
+
 @pytest.mark.parametrize(
     ("receipt", "why"),
     [
@@ -96,3 +110,26 @@ def test_request_ids_are_bounded() -> None:
     with pytest.raises(errors.InvalidArgument) as info:
         convert.check_request_id(b"x" * 65)
     assert info.value.field == "request_id"
+
+
+def test_receipts_response_in_full_or_failures_only() -> None:
+    from raft_queue.server.receiving import receipts_response
+
+    forwarded_ok = queue_pb2.ReceiptResult(receipt="r2", ok=True)
+    forwarded_bad = queue_pb2.ReceiptResult(receipt="r3", ok=False, error="x")
+    results = ["ok", "stale", forwarded_ok, forwarded_bad, "not_found"]
+    request = queue_pb2.AckRequest(queue="q", receipts=["r0", "r1", "r2", "r3", "r4"])
+    full = receipts_response(request, results)
+    assert [(r.receipt, r.ok) for r in full.results] == [
+        ("r0", True),
+        ("r1", False),
+        ("r2", True),
+        ("r3", False),
+        ("r4", False),
+    ]
+    assert not full.failures_only and "stale" in full.results[1].error
+    request.failures_only = True
+    short = receipts_response(request, results)
+    assert short.failures_only and list(short.failed) == [1, 3, 4]
+    assert [r.receipt for r in short.results] == ["r1", "r3", "r4"]
+    assert short.results[1] == forwarded_bad

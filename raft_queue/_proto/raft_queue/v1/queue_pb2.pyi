@@ -244,38 +244,48 @@ class ReceiptResult(_message.Message):
     def __init__(self, receipt: _Optional[str] = ..., ok: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
 
 class AckRequest(_message.Message):
-    __slots__ = ("queue", "receipts")
+    __slots__ = ("queue", "receipts", "failures_only")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     RECEIPTS_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_ONLY_FIELD_NUMBER: _ClassVar[int]
     queue: str
     receipts: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, queue: _Optional[str] = ..., receipts: _Optional[_Iterable[str]] = ...) -> None: ...
+    failures_only: bool
+    def __init__(self, queue: _Optional[str] = ..., receipts: _Optional[_Iterable[str]] = ..., failures_only: _Optional[bool] = ...) -> None: ...
 
 class NackRequest(_message.Message):
-    __slots__ = ("queue", "receipts", "delay_ms")
+    __slots__ = ("queue", "receipts", "delay_ms", "failures_only")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     RECEIPTS_FIELD_NUMBER: _ClassVar[int]
     DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_ONLY_FIELD_NUMBER: _ClassVar[int]
     queue: str
     receipts: _containers.RepeatedScalarFieldContainer[str]
     delay_ms: int
-    def __init__(self, queue: _Optional[str] = ..., receipts: _Optional[_Iterable[str]] = ..., delay_ms: _Optional[int] = ...) -> None: ...
+    failures_only: bool
+    def __init__(self, queue: _Optional[str] = ..., receipts: _Optional[_Iterable[str]] = ..., delay_ms: _Optional[int] = ..., failures_only: _Optional[bool] = ...) -> None: ...
 
 class ChangeVisibilityRequest(_message.Message):
-    __slots__ = ("queue", "receipts", "visibility_ms")
+    __slots__ = ("queue", "receipts", "visibility_ms", "failures_only")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     RECEIPTS_FIELD_NUMBER: _ClassVar[int]
     VISIBILITY_MS_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_ONLY_FIELD_NUMBER: _ClassVar[int]
     queue: str
     receipts: _containers.RepeatedScalarFieldContainer[str]
     visibility_ms: int
-    def __init__(self, queue: _Optional[str] = ..., receipts: _Optional[_Iterable[str]] = ..., visibility_ms: _Optional[int] = ...) -> None: ...
+    failures_only: bool
+    def __init__(self, queue: _Optional[str] = ..., receipts: _Optional[_Iterable[str]] = ..., visibility_ms: _Optional[int] = ..., failures_only: _Optional[bool] = ...) -> None: ...
 
 class ReceiptsResponse(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "failed", "failures_only")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_ONLY_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[ReceiptResult]
-    def __init__(self, results: _Optional[_Iterable[_Union[ReceiptResult, _Mapping]]] = ...) -> None: ...
+    failed: _containers.RepeatedScalarFieldContainer[int]
+    failures_only: bool
+    def __init__(self, results: _Optional[_Iterable[_Union[ReceiptResult, _Mapping]]] = ..., failed: _Optional[_Iterable[int]] = ..., failures_only: _Optional[bool] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
     __slots__ = ("queue", "partition", "offset", "max_messages", "wait_ms", "timestamp_ms")
