@@ -167,11 +167,11 @@ def send_batch(
         except NotFound:
             router.drop_queue(queue)  # deleted or recreated: placement is stale
             raise
-        if len(response.results) != len(indexes):
-            raise Internal(f"Send returned {len(response.results)} results for {len(indexes)}")
-        from_pb = models.send_result_from_pb
-        for i, result in zip(indexes, response.results, strict=True):
-            results[i] = from_pb(result)
+        got = models.send_results_from_pb(response)
+        if len(got) != len(indexes):
+            raise Internal(f"Send returned {len(got)} results for {len(indexes)}")
+        for i, result in zip(indexes, got, strict=True):
+            results[i] = result
     return [r for r in results if r is not None]
 
 
@@ -213,7 +213,10 @@ def _send_request(queue: str, chunk: list[Prepared]) -> queue_pb2.SendRequest:
     retries resend this very request). Bare bodies are added in place (no
     SendEntry built and then copied: a large share of the client's CPU in W2)."""
     request = models.build_request(
-        queue_pb2.SendRequest, queue=queue, request_id=os.urandom(REQUEST_ID_BYTES)
+        queue_pb2.SendRequest,
+        queue=queue,
+        request_id=os.urandom(REQUEST_ID_BYTES),
+        results_as_runs=True,
     )
     entries = request.entries
     add = entries.add

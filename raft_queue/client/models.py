@@ -322,6 +322,22 @@ def send_result_from_pb(pb: queue_pb2.SendResult) -> SendResult:
     return result
 
 
+def send_results_from_pb(pb: queue_pb2.SendResponse) -> list[SendResult]:
+    """One SendResult per entry: from ``runs`` (a server honouring
+    ``results_as_runs``) or from ``results`` (older servers, and responses
+    that had no entries)."""
+    if not pb.runs:
+        return [send_result_from_pb(r) for r in pb.results]
+    new, out = _new_send_result, list[SendResult]()
+    for run in pb.runs:
+        durability = _enum_name(run.durability, queue_pb2.Durability, "DURABILITY_")
+        partition, duplicate, offset = run.partition, run.duplicate, run.offset
+        out.extend(
+            new(partition, o, duplicate, durability) for o in range(offset, offset + run.count)
+        )
+    return out
+
+
 def receipt_result_from_pb(pb: queue_pb2.ReceiptResult) -> ReceiptResult:
     return ReceiptResult(pb.receipt, pb.ok, pb.error)
 

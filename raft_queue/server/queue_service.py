@@ -96,7 +96,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
         results = await self.sender.send(
             q, request.entries, is_forwarded(context), request.request_id
         )
-        return sending.response(results)
+        return sending.response(results, request.results_as_runs)
 
     @handled
     async def Receive(self, request: Any, context: Any) -> Any:  # noqa: N802

@@ -133,13 +133,32 @@ class Sender:
             results[i] = res
 
 
-def response(results: list[Any]) -> Any:
-    """The SendResponse for ``Sender.send``'s results (each added in place)."""
+def response(results: list[Any], as_runs: bool = False) -> Any:
+    """The SendResponse for ``Sender.send``'s results (each added in place):
+    one SendResult per entry, or (``as_runs``, as the SDK asks) SendRuns of
+    consecutive entries stored at consecutive offsets."""
     out = queue_pb2.SendResponse()
-    add, append = out.results.add, out.results.append
+    if not as_runs:
+        add, append = out.results.add, out.results.append
+        for r in results:
+            if type(r) is tuple:
+                add(partition=r[0], offset=r[1], duplicate=r[2], durability=r[3])
+            else:
+                append(r)
+        return out
+    run: list[Any] = []  # partition, offset, count, duplicate, durability
+    add_run = out.runs.add
     for r in results:
-        if type(r) is tuple:
-            add(partition=r[0], offset=r[1], duplicate=r[2], durability=r[3])
-        else:
-            append(r)
+        if type(r) is not tuple:  # a forwarded entry's SendResult
+            r = (r.partition, r.offset, r.duplicate, r.durability)
+        if run and r[0] == run[0] and r[1] == run[1] + run[2] and r[2:] == (run[3], run[4]):
+            run[2] += 1
+            continue
+        if run:
+            add_run(
+                partition=run[0], offset=run[1], count=run[2], duplicate=run[3], durability=run[4]
+            )
+        run = [r[0], r[1], 1, r[2], r[3]]
+    if run:
+        add_run(partition=run[0], offset=run[1], count=run[2], duplicate=run[3], durability=run[4])
     return out

@@ -102,6 +102,7 @@ class FakeCluster:
             self.failures: list[Failure] = []
             self.forward = True  # False: non-leaders answer NotLeader
             self.full_receipt_results = False  # True: ignore failures_only (older servers)
+            self.full_send_results = False  # True: ignore results_as_runs (older servers)
         return self
 
     def stop(self) -> None:
@@ -246,6 +247,16 @@ class FakeCluster:
             durability = queue_pb2.DURABILITY_FSYNC
             results.append(queue_pb2.SendResult(partition=p, offset=offset, durability=durability))
         response = queue_pb2.SendResponse(results=results)
+        if req.results_as_runs and not self.full_send_results:
+            del response.results[:]
+            for r in results:
+                response.runs.add(
+                    partition=r.partition,
+                    offset=r.offset,
+                    count=1,
+                    duplicate=r.duplicate,
+                    durability=r.durability,
+                )
         if req.request_id:
             q.requests[req.request_id] = queue_pb2.SendResponse(results=results)
         return response
@@ -478,6 +489,22 @@ def test_explicit_dedup_id_is_sent_and_repeats_are_duplicates(client, cluster):
     again = client.send("q", b"x", dedup_id="order-17")
     assert again.duplicate and again.offset == first.offset
     assert [r.entries[0].dedup_id for _, r in cluster.calls_of("Send")] == ["order-17"] * 2
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_send_results_come_as_runs_or_one_per_entry(client, cluster, full):
+    cluster.add_queue("q", partitions=2)
+    cluster.full_send_results = full
+    sent = [OutgoingMessage(b"m", partition=p) for p in (0, 0, 1, 0)]
+    results = client.send_batch("q", sent)
+    assert [(r.partition, r.offset, r.duplicate) for r in results] == [
+        (0, 0, False),
+        (0, 1, False),
+        (1, 0, False),
+        (0, 2, False),
+    ]
+    assert {r.durability for r in results} == {"fsync"}
+    assert cluster.calls_of("Send")[0][1].results_as_runs
 
 
 def test_unavailable_is_retried_with_backoff_and_the_same_request_id(client, cluster, sleeps):

@@ -133,3 +133,19 @@ def test_receipts_response_in_full_or_failures_only() -> None:
     assert short.failures_only and list(short.failed) == [1, 3, 4]
     assert [r.receipt for r in short.results] == ["r1", "r3", "r4"]
     assert short.results[1] == forwarded_bad
+
+
+def test_send_response_as_runs_merges_consecutive_offsets_only() -> None:
+    from raft_queue.server.sending import response
+
+    fsync = queue_pb2.DURABILITY_FSYNC
+    forwarded = queue_pb2.SendResult(partition=1, offset=9, duplicate=False, durability=fsync)
+    results = [(0, 5, False, fsync), (0, 6, False, fsync), forwarded, (0, 7, False, fsync)]
+    results += [(0, 7, True, fsync), (0, 8, True, fsync), (0, 8, True, fsync)]
+    runs = [(r.partition, r.offset, r.count, r.duplicate) for r in response(results, True).runs]
+    assert runs == [(0, 5, 2, False), (1, 9, 1, False), (0, 7, 1, False), (0, 7, 2, True)] + [
+        (0, 8, 1, True)
+    ]
+    full = response(results)
+    assert [(r.partition, r.offset) for r in full.results][:3] == [(0, 5), (0, 6), (1, 9)]
+    assert not full.runs

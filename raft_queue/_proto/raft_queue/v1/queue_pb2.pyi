@@ -198,20 +198,38 @@ class PurgeQueueResponse(_message.Message):
     def __init__(self, removed: _Optional[int] = ...) -> None: ...
 
 class SendRequest(_message.Message):
-    __slots__ = ("queue", "entries", "request_id")
+    __slots__ = ("queue", "entries", "request_id", "results_as_runs")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_AS_RUNS_FIELD_NUMBER: _ClassVar[int]
     queue: str
     entries: _containers.RepeatedCompositeFieldContainer[SendEntry]
     request_id: bytes
-    def __init__(self, queue: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[SendEntry, _Mapping]]] = ..., request_id: _Optional[bytes] = ...) -> None: ...
+    results_as_runs: bool
+    def __init__(self, queue: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[SendEntry, _Mapping]]] = ..., request_id: _Optional[bytes] = ..., results_as_runs: _Optional[bool] = ...) -> None: ...
+
+class SendRun(_message.Message):
+    __slots__ = ("partition", "offset", "count", "duplicate", "durability")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    DURABILITY_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    offset: int
+    count: int
+    duplicate: bool
+    durability: Durability
+    def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ..., count: _Optional[int] = ..., duplicate: _Optional[bool] = ..., durability: _Optional[_Union[Durability, str]] = ...) -> None: ...
 
 class SendResponse(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "runs")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[SendResult]
-    def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ...) -> None: ...
+    runs: _containers.RepeatedCompositeFieldContainer[SendRun]
+    def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ..., runs: _Optional[_Iterable[_Union[SendRun, _Mapping]]] = ...) -> None: ...
 
 class ReceiveRequest(_message.Message):
     __slots__ = ("queue", "max_messages", "visibility_ms", "wait_ms", "consumer")
