@@ -21,7 +21,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
-from raft_queue.core import appends, delivery, queries, retention
+from raft_queue.core import appends, delivery, queries, receipts, retention
 from raft_queue.core.codec import TAG_APPEND, TAG_BATCH, decode, encode, split_batch
 from raft_queue.core.commands import (
     Ack,
@@ -184,17 +184,17 @@ def _lease(view: View, cmd: Lease) -> LeaseResult:
 
 def _ack(view: View, cmd: Ack) -> ReceiptsResult:
     view.at(cmd.now_ms)
-    return delivery.settle(view, cmd.receipts, delivery.ack)
+    return receipts.settle(view, cmd.receipts, receipts.ack)
 
 
 def _nack(view: View, cmd: Nack) -> ReceiptsResult:
     view.at(cmd.now_ms)
-    return delivery.settle(view, cmd.receipts, delivery.nack_action(cmd.delay_ms))
+    return receipts.settle(view, cmd.receipts, receipts.nack_action(cmd.delay_ms))
 
 
 def _change_visibility(view: View, cmd: ChangeVisibility) -> ReceiptsResult:
     view.at(cmd.now_ms)
-    return delivery.settle(view, cmd.receipts, delivery.visibility_action(cmd.visibility_ms))
+    return receipts.settle(view, cmd.receipts, receipts.visibility_action(cmd.visibility_ms))
 
 
 def _commit_offset(view: View, cmd: CommitOffset) -> int:

@@ -163,7 +163,7 @@ class PartitionStats:
     in_flight: int  # leased, deadline not passed
     delayed: int  # waiting out a nack delay, or set aside by Lease for its delay
     dead: int  # dead, waiting for ForgetDead
-    bytes: int  # stored size of the retained records (see records.stored_value)
+    bytes: int  # stored size of the retained records (see segments: 8 + blob each)
     oldest_timestamp_ms: int  # of the oldest retained record not finished (0: none)
 
 
