@@ -260,6 +260,7 @@ class PartitionModelTest(RuleBasedStateMachine):
                 key=st.sampled_from(["", "a", "b", "c"]),
                 dedup_id=st.sampled_from(["", "", "d1", "d2", "d3"]),
                 delay_ms=st.sampled_from([0, 0, 0, 5, 40]),
+                headers=st.sampled_from([(), (), (("h", b"v"), ("i", b""))]),
             ),
             min_size=1,
             max_size=6,
@@ -405,6 +406,35 @@ class PartitionModelTest(RuleBasedStateMachine):
         assert self.run(Purge(self.now)) == m.next_offset - m.earliest
         m.recs.clear()
         m.earliest = m.next_offset
+
+    @rule(data=st.data())
+    def read_from_any_offset(self, data: st.DataObject) -> None:
+        """Reads by offset find the segment holding it: at segment boundaries,
+        inside a partly trimmed one, below earliest and past the end."""
+        m = self.model
+        offset = data.draw(st.integers(max(m.earliest - 2, 0), m.next_offset + 1))
+        n = data.draw(st.integers(0, 5))
+        max_bytes = data.draw(st.sampled_from([None, 0, 3, 8]))
+        with self.replicas[1].begin() as txn:
+            got = self.machine.read(txn, offset, n, max_bytes)
+        want: list[int] = []
+        total = 0
+        for o in range(offset, m.next_offset) if m.earliest <= offset else ():
+            total += len(m.recs[o].rec.body)
+            if len(want) >= n or (want and max_bytes is not None and total > max_bytes):
+                break
+            want.append(o)
+        assert [r.offset for r in got.records] == want
+        for r in got.records:
+            rec = m.recs[r.offset]
+            assert (r.body, r.key, r.headers, r.dedup_id, r.timestamp_ms) == (
+                rec.rec.body,
+                rec.rec.key,
+                rec.rec.headers,
+                rec.rec.dedup_id,
+                rec.ts,
+            )
+        assert got.next_offset == (want[-1] + 1 if want else offset)
 
     @rule(group=st.sampled_from(["g", "h"]), offset=st.integers(0, 20), reset=st.booleans())
     def commit_offset(self, group: str, offset: int, reset: bool) -> None:
