@@ -144,6 +144,10 @@ def record_blobs(
     for i in indexes:
         entry = entries[i]
         body, key, dedup_id = entry.body, entry.key, entry.dedup_id
+        bare = not (key or dedup_id or entry.delay_ms or entry.headers)
+        if bare and keyless_ok and len(body) <= max_body:  # the SDK's bulk case
+            add(_BARE + body)  # == plain_blob(body, "", "")
+            continue
         if (
             len(body) <= max_body
             and len(dedup_id) <= MAX_DEDUP_ID
@@ -162,6 +166,9 @@ def record_blobs(
             general = True
     blobs = tuple(out)
     return blobs, summarize(blobs) if general else Summary(len(blobs), flags, 0)
+
+
+_BARE = plain_blob(b"", "", "")  # the blob header of a record with a body only
 
 
 def check_request_id(request_id: bytes) -> bytes:
