@@ -61,7 +61,7 @@ def _bodies(bodies: Sequence[str], file: IO[bytes] | None) -> list[bytes]:
 @click.argument("bodies", nargs=-1)
 @click.option("--key", default="", help="Message key: same key, same partition (and order).")
 @click.option("--file", type=click.File("rb"), help="One message per line; '-' reads stdin.")
-@click.option("--dedup-id", help="Idempotency key (one message only); default: a fresh uuid.")
+@click.option("--dedup-id", help="Idempotency key across sends (one message only).")
 @click.option("--delay", type=SECONDS, default=0, help="Invisible for this long, seconds.")
 @click.option("--header", "header_pairs", multiple=True, metavar="K=V", help="Repeatable.")
 @click.option("--partition", type=click.IntRange(min=0), help="Bypass key hashing.")

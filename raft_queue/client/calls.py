@@ -25,6 +25,7 @@ from raft_queue.client.routing import AnyNode, PartitionLeaders, Router, SomeLea
 from raft_queue.errors import Internal, InvalidArgument, NotFound
 
 MAX_BATCH = 1000  # entries per Send RPC (the server's limit)
+REQUEST_ID_BYTES = 16  # random: as unique as a uuid4
 
 T = TypeVar("T")
 Target = AnyNode | PartitionLeaders | SomeLeaderOf
@@ -50,13 +51,27 @@ class Call:
 Flow = Generator[Call, Any, T]
 
 
+def receipt_items(receipts: Receipts) -> list[str | Message]:
+    """One receipt, a Message, or an iterable of either (a str is one receipt), as a list."""
+    return [receipts] if isinstance(receipts, str | Message) else list(receipts)
+
+
 def receipt_list(receipts: Receipts) -> list[str]:
     """Accept one receipt, a Message, or an iterable of either (a str is one receipt)."""
-    items = [receipts] if isinstance(receipts, str | Message) else list(receipts)
-    out = [r.receipt if isinstance(r, Message) else r for r in items]
+    out = [r.receipt if isinstance(r, Message) else r for r in receipt_items(receipts)]
     if not all(isinstance(r, str) and r for r in out):
         raise InvalidArgument("receipts", "every receipt must be a non-empty string")
     return out
+
+
+def _settle_target(queue: str, items: list[str | Message]) -> PartitionLeaders | SomeLeaderOf:
+    """Messages say their partition: straight to its leader when they share
+    one (no forwarding hop, where the receipts would be parsed twice); bare
+    receipt strings go to some leader of the queue. The server routes the rest."""
+    parts = {m.partition for m in items if isinstance(m, Message) and m.queue == queue}
+    if parts and all(isinstance(m, Message) for m in items):
+        return PartitionLeaders(queue, sorted(parts))
+    return SomeLeaderOf(queue)
 
 
 # ---- queues ----------------------------------------------------------------------
@@ -134,13 +149,14 @@ def send_batch(
     """Placement: the explicit ``partition``, else the hash of ``key``, else
     the hash of a caller-given ``dedup_id`` (a re-send finds the partition
     that remembers it), else round robin. Entries are grouped by cached
-    leader, one RPC per leader per chunk of ``MAX_BATCH``, in sequence."""
+    leader, one RPC per leader per chunk of ``MAX_BATCH``, in sequence.
+    Each RPC carries a random request id that its retries repeat, so a retry
+    is stored once (``SendRequest.request_id``)."""
     pending = list(messages)
     if not pending:
         return []
     count = yield from partition_count(router, queue)
-    ids = DedupIds()
-    prepared = [_prepare(round_robin, queue, count, m, ids) for m in pending]
+    prepared = [_prepare(round_robin, queue, count, m) for m in pending]
     partitions = [p for p, _ in prepared]
     results: list[SendResult | None] = [None] * len(prepared)
     for indexes in _plan(router, queue, partitions):
@@ -151,11 +167,11 @@ def send_batch(
         except NotFound:
             router.drop_queue(queue)  # deleted or recreated: placement is stale
             raise
-        if len(response.results) != len(indexes):
-            raise Internal(f"Send returned {len(response.results)} results for {len(indexes)}")
-        from_pb = models.send_result_from_pb
-        for i, result in zip(indexes, response.results, strict=True):
-            results[i] = from_pb(result)
+        got = models.send_results_from_pb(response)
+        if len(got) != len(indexes):
+            raise Internal(f"Send returned {len(got)} results for {len(indexes)}")
+        for i, result in zip(indexes, got, strict=True):
+            results[i] = result
     return [r for r in results if r is not None]
 
 
@@ -166,43 +182,19 @@ def send_one(
     return results[0]
 
 
-class DedupIds:
-    """Dedup ids for the messages of one ``send_batch``: 32 hex digits, 24 of
-    them random per batch (96 bits, as unique as a uuid4 for this purpose) and
-    8 counting the batch's messages. One ``os.urandom`` per batch instead of a
-    uuid4 per message, which was a large share of the client's CPU."""
-
-    __slots__ = ("_base", "_n")
-
-    def __init__(self) -> None:
-        self._base = os.urandom(12).hex()
-        self._n = 0
-
-    def next(self) -> str:
-        n = self._n
-        if n > 0xFFFFFFFF:  # 4 billion messages in one call: a new random part
-            self._base, n = os.urandom(12).hex(), 0
-        self._n = n + 1
-        return f"{self._base}{n:08x}"
-
-
 # A prepared entry: its partition, and either the SendEntry or, for a bare
-# body (the bulk case), (body, dedup_id) to be added straight into the request.
-Prepared = tuple[int, queue_pb2.SendEntry | tuple[bytes, str]]
+# body (the bulk case), the body to be added straight into the request.
+Prepared = tuple[int, queue_pb2.SendEntry | bytes]
 
 
 def _prepare(
-    round_robin: RoundRobin,
-    queue: str,
-    count: int,
-    message: OutgoingMessage | bytes | str,
-    ids: DedupIds,
+    round_robin: RoundRobin, queue: str, count: int, message: OutgoingMessage | bytes | str
 ) -> Prepared:
-    """Fix a message's partition and dedup id once, so every retry sends the same entry."""
+    """Fix a message's partition once, so every retry sends the same entry."""
     if not isinstance(message, OutgoingMessage):
         body = message if type(message) is bytes else models.to_body(message)
         partition = round_robin.next(queue, count) if count > 1 else 0
-        return partition, (body, ids.next())
+        return partition, body
     if message.partition is not None and message.partition < 0:
         raise InvalidArgument("partition", f"must be >= 0, got {message.partition}")
     if message.partition is not None:
@@ -213,19 +205,24 @@ def _prepare(
         partition = partition_for_key(message.dedup_id, count)
     else:
         partition = round_robin.next(queue, count) if count > 1 else 0
-    dedup_id = message.dedup_id or ids.next()
-    return partition, models.entry_to_pb(message, partition, dedup_id)
+    return partition, models.entry_to_pb(message, partition)
 
 
 def _send_request(queue: str, chunk: list[Prepared]) -> queue_pb2.SendRequest:
-    """One Send RPC's request. Bare bodies are added in place (no SendEntry
-    built and then copied: a large share of the client's CPU in W2)."""
-    request = models.build_request(queue_pb2.SendRequest, queue=queue)
+    """One Send RPC's request, with a fresh random request id (the RPC's
+    retries resend this very request). Bare bodies are added in place (no
+    SendEntry built and then copied: a large share of the client's CPU in W2)."""
+    request = models.build_request(
+        queue_pb2.SendRequest,
+        queue=queue,
+        request_id=os.urandom(REQUEST_ID_BYTES),
+        results_as_runs=True,
+    )
     entries = request.entries
     add = entries.add
     for partition, item in chunk:
-        if type(item) is tuple:
-            add(body=item[0], dedup_id=item[1], partition=partition)
+        if type(item) is bytes:
+            add(body=item, partition=partition)
         else:
             entries.append(item)
     return request
@@ -276,16 +273,19 @@ def receive(
 def settle(
     rpc: str, request_cls: Any, queue: str, receipts: Receipts, **fields: Any
 ) -> Flow[list[models.ReceiptResult]]:
-    """Ack-like calls go to any node (the server routes each receipt).
+    """Ack-like calls go to a leader of the receipts' partitions (any node
+    would do: the server routes each receipt).
 
     Retried even after OutcomeUnknown: a repeat reports the receipt as not
     ok ("not found" / "stale") although the first attempt took effect.
     """
+    items = receipt_items(receipts)
+    listed = receipt_list(items)
     request = models.build_request(
-        request_cls, queue=queue, receipts=receipt_list(receipts), **fields
+        request_cls, queue=queue, receipts=listed, failures_only=True, **fields
     )
-    response = yield Call(rpc, request)
-    return [models.receipt_result_from_pb(r) for r in response.results]
+    response = yield Call(rpc, request, _settle_target(queue, items))
+    return models.receipt_results_from_pb(listed, response)
 
 
 # ---- replay -----------------------------------------------------------------------------

@@ -7,10 +7,12 @@ callers only ever see the error tree of ``raft_queue.errors``. The asyncio
 client (``aio.py``) drives the same flows.
 
 Delivery contract: sends are at-least-once on the wire and exactly-once in
-the log within the queue's dedup window, because every message carries a
-dedup id (the caller's, or a uuid4 made once per message) that is reused by
-every retry. Receives are at-least-once (a lease lost in transit expires and
-the message is delivered again).
+the log within the queue's dedup window, because every Send RPC carries a
+random request id that each retry of it repeats (one dedup entry per
+partition append, as Kafka's idempotent producer); a message's own
+``dedup_id`` (the caller's) is also kept across calls. Receives are
+at-least-once (a lease lost in transit expires and the message is
+delivered again).
 """
 
 from __future__ import annotations

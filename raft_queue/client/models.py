@@ -70,7 +70,9 @@ class QueueInfo:
 
 @dataclass(frozen=True, slots=True)
 class OutgoingMessage:
-    """One message to send. ``dedup_id=None``: the client assigns one (uuid4)."""
+    """One message to send. ``dedup_id``: your idempotency key for this
+    message (kept for the queue's dedup window, across calls); None: none,
+    and the SDK's retries of the RPC are still stored once (request id)."""
 
     body: bytes | str
     key: str = ""
@@ -205,6 +207,22 @@ class ClusterStatus:
 # ---- wire translation -------------------------------------------------------
 
 
+def _maker(cls: type[P]) -> Any:
+    """A constructor of the frozen, slotted dataclass ``cls`` taking every
+    field positionally, that sets the slots through their descriptors: the
+    same object as ``cls(...)`` (which has no ``__post_init__``), without the
+    frozen ``__init__``'s ``object.__setattr__`` per field. Receive, send and
+    ack build up to 1000 per call; generated once, as dataclasses does."""
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    if hasattr(cls, "__post_init__") or not all(n in cls.__dict__ for n in names):
+        raise TypeError(f"{cls.__name__} needs its own __init__")
+    scope: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    scope.update({f"_set_{n}": cls.__dict__[n].__set__ for n in names})
+    body = "".join(f"    _set_{n}(o, {n})\n" for n in names)
+    exec(f"def make({', '.join(names)}):\n    o = _new(_cls)\n{body}    return o\n", scope)
+    return scope["make"]
+
+
 def _enum_name(value: int, enum: Any, prefix: str) -> str:
     """DURABILITY_FSYNC -> "fsync"; unspecified or unknown -> ""."""
     names = _ENUM_NAMES.get(prefix)
@@ -276,9 +294,14 @@ def queue_info_from_pb(pb: queue_pb2.QueueInfo) -> QueueInfo:
     return QueueInfo(**values)
 
 
+_new_message = _maker(Message)
+_new_send_result = _maker(SendResult)
+_new_receipt_result = _maker(ReceiptResult)
+
+
 def message_from_pb(pb: queue_pb2.Message) -> Message:
     # Positional, in Message's field order: receive builds up to 1000 per call.
-    return Message(
+    message: Message = _new_message(
         pb.queue,
         pb.partition,
         pb.offset,
@@ -290,15 +313,47 @@ def message_from_pb(pb: queue_pb2.Message) -> Message:
         pb.receive_count,
         pb.dedup_id,
     )
+    return message
 
 
 def send_result_from_pb(pb: queue_pb2.SendResult) -> SendResult:
     durability = _enum_name(pb.durability, queue_pb2.Durability, "DURABILITY_")
-    return SendResult(pb.partition, pb.offset, pb.duplicate, durability)
+    result: SendResult = _new_send_result(pb.partition, pb.offset, pb.duplicate, durability)
+    return result
+
+
+def send_results_from_pb(pb: queue_pb2.SendResponse) -> list[SendResult]:
+    """One SendResult per entry: from ``runs`` (a server honouring
+    ``results_as_runs``) or from ``results`` (older servers, and responses
+    that had no entries)."""
+    if not pb.runs:
+        return [send_result_from_pb(r) for r in pb.results]
+    new, out = _new_send_result, list[SendResult]()
+    for run in pb.runs:
+        durability = _enum_name(run.durability, queue_pb2.Durability, "DURABILITY_")
+        partition, duplicate, offset = run.partition, run.duplicate, run.offset
+        out.extend(
+            new(partition, o, duplicate, durability) for o in range(offset, offset + run.count)
+        )
+    return out
 
 
 def receipt_result_from_pb(pb: queue_pb2.ReceiptResult) -> ReceiptResult:
     return ReceiptResult(pb.receipt, pb.ok, pb.error)
+
+
+def receipt_results_from_pb(
+    receipts: list[str], pb: queue_pb2.ReceiptsResponse
+) -> list[ReceiptResult]:
+    """One result per receipt sent: the response lists them all, or (a server
+    honouring ``failures_only``) only the failed ones, by index."""
+    if not pb.failures_only:
+        return [receipt_result_from_pb(r) for r in pb.results]
+    new = _new_receipt_result
+    out = [new(r, True, "") for r in receipts]
+    for i, failed in zip(pb.failed, pb.results, strict=True):
+        out[i] = receipt_result_from_pb(failed)
+    return out
 
 
 def read_result_from_pb(pb: queue_pb2.ReadResponse) -> ReadResult:
@@ -341,13 +396,11 @@ def _to_bytes(field_name: str, value: bytes | str) -> bytes:
     raise InvalidArgument(field_name, f"must be bytes or str, got {type(value).__name__}")
 
 
-def entry_to_pb(msg: OutgoingMessage, partition: int, dedup_id: str) -> queue_pb2.SendEntry:
-    """The wire entry for ``msg``, placed on ``partition`` with its final dedup id."""
-    fields: dict[str, Any] = {
-        "body": _to_bytes("body", msg.body),
-        "dedup_id": dedup_id,
-        "partition": partition,
-    }
+def entry_to_pb(msg: OutgoingMessage, partition: int) -> queue_pb2.SendEntry:
+    """The wire entry for ``msg``, placed on ``partition``."""
+    fields: dict[str, Any] = {"body": _to_bytes("body", msg.body), "partition": partition}
+    if msg.dedup_id:
+        fields["dedup_id"] = msg.dedup_id
     if msg.key:
         fields["key"] = msg.key
     if msg.headers:

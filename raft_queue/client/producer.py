@@ -3,16 +3,16 @@
 As Kafka's producer: ``send`` returns at once with a future; a background
 thread sends what has queued when ``batch_size`` messages are waiting or the
 oldest has waited ``linger_ms``, as one ``send_batch`` (one RPC per partition
-leader). Every message gets its dedup id when queued, so the client's retries
-never duplicate it. ``flush`` waits for everything queued so far; ``close``
-flushes and stops the thread.
+leader). The client's retries of an RPC never duplicate a message (each
+Send RPC carries a request id its retries repeat); give messages your own
+``dedup_id`` to make re-sends across calls idempotent too. ``flush`` waits
+for everything queued so far; ``close`` flushes and stops the thread.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
@@ -54,7 +54,7 @@ class Producer:
         delay_ms: int = 0,
     ) -> Future[SendResult]:
         """Queue one message; the future holds its SendResult or the QueueError."""
-        message = OutgoingMessage(body, key, headers, dedup_id or uuid.uuid4().hex, delay_ms)
+        message = OutgoingMessage(body, key, headers, dedup_id, delay_ms)
         fut: Future[SendResult] = Future()
         with self._cond:
             if self._closed:

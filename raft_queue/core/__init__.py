@@ -21,6 +21,7 @@ from raft_queue.core.commands import (
     PartitionConfig,
     Purge,
     ReceiptRef,
+    ReceiptRun,
 )
 from raft_queue.core.partition import PartitionMachine
 from raft_queue.core.records import StoredRecord
@@ -32,6 +33,7 @@ from raft_queue.core.results import (
     AppendResult,
     ExpireResult,
     LeasedMessage,
+    LeasedSpan,
     LeaseResult,
     PartitionStats,
     ReadResult,
@@ -58,6 +60,7 @@ __all__ = [
     "Lease",
     "LeaseResult",
     "LeasedMessage",
+    "LeasedSpan",
     "Nack",
     "NewRecord",
     "PartitionConfig",
@@ -66,6 +69,7 @@ __all__ = [
     "Purge",
     "ReadResult",
     "ReceiptRef",
+    "ReceiptRun",
     "ReceiptsResult",
     "Result",
     "StoredRecord",

@@ -5,18 +5,21 @@ One Raft entry is ``encode(cmd)``; every replica runs ``decode`` and then
 byte is the command tag, which doubles as the format version (a changed
 layout gets a new tag, old tags stay decodable). Small commands are varints
 and length-prefixed UTF-8 (see ``wire``); Append and Batch, the hot path,
-use fixed-width lengths. No pickle, no JSON. ``decode(encode(c)) == c`` for
-every valid command, and ``decode`` of anything else raises
-``InvalidArgument("command")``.
+use fixed-width lengths, and an Append's records are a segment body
+(``segments``: end table + blobs) that replicas store as it is. Receipts
+travel as runs (start, count, epoch). No pickle, no JSON.
+``decode(encode(c)) == c`` for every valid command, and ``decode`` of
+anything else raises ``InvalidArgument("command")``.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from raft_queue.core.commands import (
+    MAX_REQUEST_ID_BYTES,
     ORDERINGS,
     Ack,
     Append,
@@ -33,8 +36,11 @@ from raft_queue.core.commands import (
     PartitionConfig,
     Purge,
     ReceiptRef,
+    ReceiptRun,
+    receipt_runs,
 )
-from raft_queue.core.records import check_blob, from_blob, to_blob
+from raft_queue.core.records import from_blob, to_blob
+from raft_queue.core.segments import BodyParts, check_body, encode_body, segment_blobs, summarize
 from raft_queue.core.wire import Malformed, Reader, put_str, put_uvarint
 from raft_queue.errors import InvalidArgument
 
@@ -56,15 +62,21 @@ def read_config(r: Reader) -> PartitionConfig:
     return PartitionConfig(ORDERINGS[ordering], *ints)
 
 
-def _put_receipts(buf: bytearray, receipts: tuple[ReceiptRef, ...]) -> None:
-    put_uvarint(buf, len(receipts))
-    for ref in receipts:
-        put_uvarint(buf, ref.offset)
-        put_uvarint(buf, ref.epoch)
+def _put_receipts(buf: bytearray, runs: tuple[ReceiptRun, ...]) -> None:
+    put_uvarint(buf, len(runs))
+    for run in runs:
+        put_uvarint(buf, run.start)
+        put_uvarint(buf, run.count)
+        put_uvarint(buf, run.epoch)
 
 
-def _read_receipts(r: Reader) -> tuple[ReceiptRef, ...]:
-    return tuple(ReceiptRef(r.uvarint(), r.uvarint()) for _ in range(r.uvarint()))
+def _read_receipts(r: Reader) -> tuple[ReceiptRun, ...]:
+    return tuple(ReceiptRun(r.uvarint(), r.uvarint(), r.uvarint()) for _ in range(r.uvarint()))
+
+
+def _read_receipt_refs(r: Reader) -> tuple[ReceiptRun, ...]:
+    """Tags 4-6 (decode only): one (offset, epoch) per receipt."""
+    return receipt_runs(tuple(ReceiptRef(r.uvarint(), r.uvarint()) for _ in range(r.uvarint())))
 
 
 def _put_ints(buf: bytearray, *ints: int) -> None:
@@ -104,24 +116,37 @@ def _read_parts(r: Reader, count: int) -> list[bytes]:
     return parts
 
 
+_APPEND_HEAD = struct.Struct(">QB")  # now_ms, len(request_id); then it, then the body
+
+
 def _enc_append(buf: bytearray, c: Append) -> None:
-    buf += _U64_U32.pack(c.now_ms, len(c.records))
-    _put_parts(buf, [to_blob(rec) for rec in c.records])
+    _put_append(buf, c.now_ms, c.request_id, encode_body([to_blob(rec) for rec in c.records]))
 
 
 def _enc_append_blobs(buf: bytearray, c: AppendBlobs) -> None:
-    buf += _U64_U32.pack(c.now_ms, len(c.blobs))
-    _put_parts(buf, c.blobs)
+    _put_append(buf, c.now_ms, c.request_id, encode_body(c.blobs, c.summary))
 
 
-def _read_append(r: Reader) -> tuple[int, list[bytes]]:
-    now_ms, count = _U64_U32.unpack(r.take(_U64_U32.size))
-    return now_ms, _read_parts(r, count)
+def _put_append(buf: bytearray, now_ms: int, request_id: bytes, body: bytes) -> None:
+    buf += _APPEND_HEAD.pack(now_ms, len(request_id))
+    buf += request_id
+    buf += body
 
 
 def _dec_append(r: Reader) -> Append:
-    now_ms, blobs = _read_append(r)
-    return Append(tuple(from_blob(blob) for blob in blobs), now_ms)
+    parts = _split_append(r.data)
+    records = segment_blobs(r.data, parts.body)
+    summary = summarize(records)
+    if summary != parts.body.summary:
+        raise Malformed(f"record summary {parts.body.summary} is not the records' {summary}")
+    r.pos = len(r.data)
+    return Append(tuple(from_blob(blob) for blob in records), parts.now_ms, parts.request_id)
+
+
+def _dec_append_v1(r: Reader) -> Append:
+    """Tag 2 (decode only): ``>QI`` now_ms, count, then u32-prefixed blobs."""
+    now_ms, count = _U64_U32.unpack(r.take(_U64_U32.size))
+    return Append(tuple(from_blob(blob) for blob in _read_parts(r, count)), now_ms)
 
 
 def _enc_lease(buf: bytearray, c: Lease) -> None:
@@ -142,6 +167,10 @@ def _dec_ack(r: Reader) -> Ack:
     return Ack(_read_receipts(r), r.uvarint())
 
 
+def _dec_ack_v1(r: Reader) -> Ack:
+    return Ack(_read_receipt_refs(r), r.uvarint())
+
+
 def _enc_nack(buf: bytearray, c: Nack) -> None:
     _put_receipts(buf, c.receipts)
     _put_ints(buf, c.delay_ms, c.now_ms)
@@ -151,6 +180,10 @@ def _dec_nack(r: Reader) -> Nack:
     return Nack(_read_receipts(r), r.uvarint(), r.uvarint())
 
 
+def _dec_nack_v1(r: Reader) -> Nack:
+    return Nack(_read_receipt_refs(r), r.uvarint(), r.uvarint())
+
+
 def _enc_change(buf: bytearray, c: ChangeVisibility) -> None:
     _put_receipts(buf, c.receipts)
     _put_ints(buf, c.visibility_ms, c.now_ms)
@@ -158,6 +191,10 @@ def _enc_change(buf: bytearray, c: ChangeVisibility) -> None:
 
 def _dec_change(r: Reader) -> ChangeVisibility:
     return ChangeVisibility(_read_receipts(r), r.uvarint(), r.uvarint())
+
+
+def _dec_change_v1(r: Reader) -> ChangeVisibility:
+    return ChangeVisibility(_read_receipt_refs(r), r.uvarint(), r.uvarint())
 
 
 def _enc_commit(buf: bytearray, c: CommitOffset) -> None:
@@ -195,24 +232,34 @@ def _dec_batch(r: Reader) -> Batch:
 
 
 # tag -> (class, encoder, decoder). Tags are the wire format: never reuse one.
-TAG_APPEND = 2
+# Tags 2, 4, 5 and 6 are the layouts before segments and receipt runs: they
+# still decode (a mixed-version cluster), but nothing encodes them.
+TAG_APPEND = 12
 TAG_BATCH = 11
 _Enc = Callable[[bytearray, Any], None]
 _Dec = Callable[[Reader], Any]
 _CODECS: dict[int, tuple[type, _Enc, _Dec]] = {
     1: (Configure, lambda b, c: put_config(b, c.config), lambda r: Configure(read_config(r))),
-    TAG_APPEND: (Append, _enc_append, _dec_append),
     3: (Lease, _enc_lease, _dec_lease),
-    4: (Ack, _enc_ack, _dec_ack),
-    5: (Nack, _enc_nack, _dec_nack),
-    6: (ChangeVisibility, _enc_change, _dec_change),
     7: (CommitOffset, _enc_commit, _dec_commit),
     8: (Expire, _enc_now, lambda r: Expire(r.uvarint())),
     9: (Purge, _enc_now, lambda r: Purge(r.uvarint())),
     10: (ForgetDead, _enc_forget, _dec_forget),
     TAG_BATCH: (Batch, _enc_batch, _dec_batch),
+    TAG_APPEND: (Append, _enc_append, _dec_append),
+    13: (Ack, _enc_ack, _dec_ack),
+    14: (Nack, _enc_nack, _dec_nack),
+    15: (ChangeVisibility, _enc_change, _dec_change),
 }
 _TAGS: dict[type, tuple[int, _Enc]] = {cls: (tag, enc) for tag, (cls, enc, _) in _CODECS.items()}
+_CODECS.update(
+    {
+        2: (Append, _enc_append, _dec_append_v1),
+        4: (Ack, _enc_ack, _dec_ack_v1),
+        5: (Nack, _enc_nack, _dec_nack_v1),
+        6: (ChangeVisibility, _enc_change, _dec_change_v1),
+    }
+)
 # Encode-only: the same bytes as the Append of the same records.
 _TAGS[AppendBlobs] = (TAG_APPEND, _enc_append_blobs)
 
@@ -259,19 +306,34 @@ def _decode(data: bytes, nested: bool) -> Command:
 # --- the apply fast path: Append records stay bytes ------------------------
 
 
-def split_append(data: bytes) -> tuple[int, list[tuple[bytes, bytes]]]:
-    """An encoded Append as (now_ms, [(record blob, dedup_id UTF-8), ...]), checked
-    as ``decode`` would check it but without building NewRecords."""
+class AppendParts(NamedTuple):
+    """An encoded Append, its framing checked (``split_append``)."""
+
+    now_ms: int
+    request_id: bytes
+    body_at: int  # where the segment body starts: ``segments.segment_value(ts, data, body_at)``
+    body: BodyParts
+
+
+def split_append(data: bytes) -> AppendParts:
+    """The parts of an encoded Append (tag ``TAG_APPEND``), framing checked
+    (``segments.check_body``) but not the blobs inside: the replicas' path."""
     try:
-        if len(data) < 1 + _U64_U32.size:
-            raise Malformed("truncated header")
-        now_ms, count = _U64_U32.unpack_from(data, 1)
-        blobs, end = _parts_at(data, 1 + _U64_U32.size, count)
-        if end != len(data):
-            raise Malformed(f"{len(data) - end} trailing bytes")
-        return now_ms, [(blob, check_blob(blob)) for blob in blobs]
+        return _split_append(data)
     except Malformed as exc:
         raise InvalidArgument("command", f"malformed Append: {exc}") from exc
+
+
+def _split_append(data: bytes) -> AppendParts:
+    at = 1 + _APPEND_HEAD.size
+    if len(data) < at:
+        raise Malformed("truncated Append header")
+    now_ms, id_len = _APPEND_HEAD.unpack_from(data, 1)
+    if id_len > MAX_REQUEST_ID_BYTES:
+        raise Malformed(f"request id of {id_len} bytes")
+    body_at = at + id_len
+    body = check_body(data, body_at)
+    return AppendParts(now_ms, data[at:body_at], body_at, body)
 
 
 def split_batch(data: bytes) -> list[bytes]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from raft_queue.core import validate as v
 from raft_queue.core.records import NewRecord as NewRecord  # commands carry records
+from raft_queue.core.segments import Summary
 from raft_queue.core.wire import U32_MAX, U64_MAX
 from raft_queue.errors import InvalidArgument
 
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from raft_queue.core.codec import encode as encode
 
 ORDERINGS = ("none", "fifo")
+# A request id (the SDK's per-Send idempotency key) is kept as a table key.
+MAX_REQUEST_ID_BYTES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +80,73 @@ class ReceiptRef:
 
 
 @dataclass(frozen=True, slots=True)
+class ReceiptRun:
+    """``count`` receipts for the consecutive offsets ``start, start + 1, ...``,
+    all of lease ``epoch``: how receipts travel in commands (the leader merges
+    a receipt list into runs; a replica settles a run as one range). Settling
+    a run is settling its receipts in offset order."""
+
+    start: int
+    count: int
+    epoch: int
+
+    def __post_init__(self) -> None:
+        start, count, epoch = self.start, self.count, self.epoch
+        if (
+            type(start) is int
+            and type(count) is int
+            and type(epoch) is int
+            and start >= 0
+            and count > 0
+            and start + count - 1 <= U64_MAX
+            and 0 < epoch <= U32_MAX
+        ):
+            return
+        v.uint64("offset", start)
+        v.uint64("count", count)
+        v.uint32("epoch", epoch)
+        if epoch == 0:
+            raise InvalidArgument("epoch", "must be >= 1")
+        if count == 0 or start + count - 1 > U64_MAX:
+            raise InvalidArgument("count", "must be >= 1 and stay below 2**64")
+
+
+Receipts: TypeAlias = tuple[ReceiptRun, ...]
+
+
+def receipt_runs(receipts: Any) -> tuple[ReceiptRun, ...]:
+    """``receipts`` (ReceiptRefs and/or ReceiptRuns, in order) as the fewest
+    runs: neighbours of one epoch with consecutive offsets are merged. Order
+    is kept, so settling the runs is settling the receipts one by one."""
+    v.tuple_of("receipts", receipts, (ReceiptRef, ReceiptRun))
+    runs: list[ReceiptRun] = []
+    start = count = epoch = -1
+    for item in receipts:
+        if type(item) is ReceiptRef:
+            s, n, e = item.offset, 1, item.epoch
+        else:
+            s, n, e = item.start, item.count, item.epoch
+        if e == epoch and s == start + count:
+            count += n
+            continue
+        if count > 0:
+            runs.append(ReceiptRun(start, count, epoch))
+        start, count, epoch = s, n, e
+    if count > 0:
+        runs.append(ReceiptRun(start, count, epoch))
+    return tuple(runs)
+
+
+def _normalize_receipts(cmd: Any) -> None:
+    receipts = cmd.receipts
+    if type(receipts) is tuple and all(type(r) is ReceiptRun for r in receipts):
+        merged = receipt_runs(receipts)
+        if len(merged) == len(receipts):
+            return
+    object.__setattr__(cmd, "receipts", receipt_runs(receipts))
+
+
+@dataclass(frozen=True, slots=True)
 class Configure:
     """Replace the partition's config (the metadata group's queue settings)."""
 
@@ -87,14 +157,27 @@ class Configure:
             raise InvalidArgument("config", "must be a PartitionConfig")
 
 
+def _request_id(value: Any) -> None:
+    if type(value) is not bytes or len(value) > MAX_REQUEST_ID_BYTES:
+        raise InvalidArgument("request_id", f"must be at most {MAX_REQUEST_ID_BYTES} bytes")
+
+
 @dataclass(frozen=True, slots=True)
 class Append:
+    """Store ``records`` at the next offsets. ``request_id`` (b"": none) makes
+    the whole Append idempotent within the dedup window: a repeat of the id
+    stores nothing and returns the first one's offsets as duplicates (the
+    SDK's per-Send id, as Kafka's idempotent producer). Records' own
+    ``dedup_id``s are checked one by one as before."""
+
     records: tuple[NewRecord, ...]
     now_ms: int
+    request_id: bytes = b""
 
     def __post_init__(self) -> None:
         v.tuple_of("records", self.records, NewRecord)
         v.uint64("now_ms", self.now_ms)
+        _request_id(self.request_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,18 +186,20 @@ class AppendBlobs:
     / ``records.plain_blob``): the leader's send path builds them straight from
     the request, with no NewRecord per message. It encodes to exactly the bytes
     of the equivalent Append (same tag, so nothing changes on the wire or on
-    disk), and ``decode`` gives that Append back. Each blob is checked as the
-    replicas check it (``records.check_blob``) when the entry is applied; a bad
-    one makes the whole entry fail with InvalidArgument("command") on every
-    replica, so build blobs only with the functions above."""
+    disk), and ``decode`` gives that Append back. Replicas do not look inside
+    the blobs (only their framing is checked), so build blobs only with the
+    functions above; a ``summary`` given must be the blobs' own."""
 
     blobs: tuple[bytes, ...]
     now_ms: int
+    request_id: bytes = b""
+    summary: Summary | None = None  # the blobs' ``segments.summarize``, if known
 
     def __post_init__(self) -> None:
         if type(self.blobs) is not tuple:
             raise InvalidArgument("blobs", "must be a tuple of bytes")
         v.uint64("now_ms", self.now_ms)
+        _request_id(self.request_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,11 +221,14 @@ class Lease:
 
 @dataclass(frozen=True, slots=True)
 class Ack:
-    receipts: tuple[ReceiptRef, ...]
+    """Finish the leases; ``receipts`` may be given as ReceiptRefs and are kept
+    as ReceiptRuns (``receipt_runs``), as for Nack and ChangeVisibility."""
+
+    receipts: Receipts
     now_ms: int
 
     def __post_init__(self) -> None:
-        v.tuple_of("receipts", self.receipts, ReceiptRef)
+        _normalize_receipts(self)
         v.uint64("now_ms", self.now_ms)
 
 
@@ -148,12 +236,12 @@ class Ack:
 class Nack:
     """End the leases now; the records are visible again after ``delay_ms``."""
 
-    receipts: tuple[ReceiptRef, ...]
+    receipts: Receipts
     delay_ms: int
     now_ms: int
 
     def __post_init__(self) -> None:
-        v.tuple_of("receipts", self.receipts, ReceiptRef)
+        _normalize_receipts(self)
         v.uint32("delay_ms", self.delay_ms)
         v.uint64("now_ms", self.now_ms)
 
@@ -163,12 +251,12 @@ class ChangeVisibility:
     """Set the lease deadline to ``now_ms + visibility_ms`` (as SQS's
     ChangeMessageVisibility; 0 ends the lease now)."""
 
-    receipts: tuple[ReceiptRef, ...]
+    receipts: Receipts
     visibility_ms: int
     now_ms: int
 
     def __post_init__(self) -> None:
-        v.tuple_of("receipts", self.receipts, ReceiptRef)
+        _normalize_receipts(self)
         v.uint32("visibility_ms", self.visibility_ms)
         v.uint64("now_ms", self.now_ms)
 

@@ -1,36 +1,45 @@
-"""Deduplication by ``dedup_id`` within ``dedup_window_ms`` (as SQS FIFO's
-MessageDeduplicationId, or Kafka's idempotent producer at queue level).
+"""Deduplication within ``dedup_window_ms``: per record by ``dedup_id`` (as
+SQS FIFO's MessageDeduplicationId) and per Append by request id (as Kafka's
+idempotent producer, simplified: the SDK's id of one Send RPC).
 
-An entry ``dedup[id] = (offset, timestamp_ms)`` is written by the append it
-protects: that is the only extra put an append with a dedup id pays. A
-lookup treats an entry older than the window as absent, so the answer never
-depends on when Expire last ran. Expiry needs no index of its own while the
-record is still in the log: ``expire`` walks the log from ``dedup_cursor``
-(timestamps never decrease) and drops the entries of records past the window.
-A record that leaves the log earlier (ack compaction, retention, purge)
-hands its live entry to ``dedup_exp``, ordered by timestamp.
+A record's entry ``dedup[id] = (offset, timestamp_ms)`` is written by the
+append it protects: that is the only extra put an append with a dedup id
+pays. A lookup treats an entry older than the window as absent, so the
+answer never depends on when Expire last ran. Expiry needs no index of its
+own while the record is still in the log: ``expire`` walks the log from
+``dedup_cursor`` (timestamps never decrease), looking inside only the
+segments that hold dedup ids, and drops the entries of records past the
+window. A record that leaves the log earlier (ack compaction, retention,
+purge) hands its live entry to ``dedup_exp``, ordered by timestamp.
+
+A request's entry ``dedup[0xfe + id] = (first offset, timestamp_ms, its
+offsets)`` is one row per Append, whatever its size, and goes to
+``dedup_exp`` at once (it is not tied to any one record). UTF-8 never holds
+0xfe, so the two kinds of keys cannot meet.
 """
 
 from __future__ import annotations
 
+import struct
 from itertools import islice
 
-from raft_queue.core.records import head
+from raft_queue.core.results import AppendItem, AppendResult
+from raft_queue.core.segments import HAS_DEDUP, segments_from
 from raft_queue.core.state import (
     DEDUP,
     DEDUP_EXP,
     RECORDS,
     View,
-    int_of,
     pair_key,
     table_key,
-    u64,
     unpack_pair,
 )
 
 # Bound on records walked / entries dropped per Expire, to bound its latency;
 # the rest waits for the next Expire (lookups already ignore stale entries).
 EXPIRE_LIMIT = 100_000
+REQUEST_PREFIX = b"\xfe"
+_COUNT = struct.Struct(">I")
 
 
 def lookup_or_record(view: View, dedup_id: bytes, offset: int, ts: int) -> int | None:
@@ -44,6 +53,36 @@ def lookup_or_record(view: View, dedup_id: bytes, offset: int, ts: int) -> int |
             return original
     view.txn.put(DEDUP, key, pair_key(offset, ts))
     return None
+
+
+def seen_request(view: View, request_id: bytes) -> AppendResult | None:
+    """The result of the Append that carried ``request_id`` within the
+    window, all its items marked duplicate; None if there was none."""
+    raw = view.txn.get(DEDUP, REQUEST_PREFIX + request_id)
+    if raw is None:
+        return None
+    first, ts = unpack_pair(raw[:16])
+    if view.c.clock - ts >= view.cfg.dedup_window_ms:
+        return None
+    (count,) = _COUNT.unpack_from(raw, 16)
+    if len(raw) == 20:
+        return AppendResult(first, count, duplicate=True)
+    offsets = struct.unpack_from(f">{count}Q", raw, 20)
+    return AppendResult(0, count, False, tuple(AppendItem(o, True) for o in offsets))
+
+
+def record_request(
+    view: View, request_id: bytes, first: int, ts: int, result: AppendResult
+) -> None:
+    """Remember ``result`` (the Append's, stored from offset ``first`` at
+    ``ts``) under ``request_id`` until the window ends."""
+    key = REQUEST_PREFIX + request_id
+    value = pair_key(first, ts) + _COUNT.pack(result.count)
+    if result.listed is not None or result.duplicate:
+        offsets = [item.offset for item in result.items]
+        value += struct.pack(f">{len(offsets)}Q", *offsets)
+    view.txn.put(DEDUP, key, value)
+    view.txn.put(DEDUP_EXP, pair_key(ts, first) + key, key)
 
 
 def preserve(view: View, dedup_id: bytes, offset: int, ts: int) -> None:
@@ -65,26 +104,31 @@ def expire(view: View) -> None:
     """Drop dedup entries whose window has ended by ``clock``."""
     c = view.c
     c.dedup_cursor = max(c.dedup_cursor, c.earliest)
-    window = view.cfg.dedup_window_ms
-    for raw_key, value in islice(view.txn.scan(RECORDS, u64(c.dedup_cursor)), EXPIRE_LIMIT):
-        rec = head(value)
-        if c.clock - rec.timestamp_ms < window:
+    window, budget = view.cfg.dedup_window_ms, EXPIRE_LIMIT
+    for seg in segments_from(view.txn, RECORDS, c.dedup_cursor):
+        if budget <= 0 or c.clock - seg.timestamp_ms < window:
             break
-        offset = int_of(raw_key)
-        if rec.dedup_id:
-            _drop(view, table_key(rec.dedup_id), offset)
-        c.dedup_cursor = offset + 1
+        lo = max(c.dedup_cursor, seg.base)
+        hi = min(seg.end, lo + budget) if seg.flags & HAS_DEDUP else seg.end
+        if seg.flags & HAS_DEDUP:
+            for offset in range(lo, hi):
+                dedup_id = seg.head(offset - seg.base).dedup_id
+                if dedup_id:
+                    _drop(view, table_key(dedup_id), offset, seg.timestamp_ms)
+        budget -= hi - lo
+        c.dedup_cursor = hi
     if c.clock < window:
         return
     stop = pair_key(c.clock - window + 1, 0)
     due = list(islice(view.txn.scan(DEDUP_EXP, b"", stop), EXPIRE_LIMIT))
     for exp_key, dedup_key in due:
-        _drop(view, dedup_key, unpack_pair(exp_key)[1])
+        ts, offset = unpack_pair(exp_key[:16])
+        _drop(view, dedup_key, offset, ts)
         view.txn.delete(DEDUP_EXP, exp_key)
 
 
-def _drop(view: View, dedup_key: bytes, offset: int) -> None:
+def _drop(view: View, dedup_key: bytes, offset: int, ts: int) -> None:
     """Delete the entry unless a later append of the same id took it over."""
     raw = view.txn.get(DEDUP, dedup_key)
-    if raw is not None and unpack_pair(raw)[0] == offset:
+    if raw is not None and raw[:16] == pair_key(offset, ts):
         view.txn.delete(DEDUP, dedup_key)

@@ -5,12 +5,15 @@ A record's life: untouched (at or after the cursor) -> LEASED -> finished
 delay, or its own delay when Lease first reached it), BLOCKED (FIFO: its key
 already has a head) and DEAD (its last allowed lease ended). Lease takes READY
 records first, then advances the cursor; READY offsets are all below the
-cursor, so that is offset order.
+cursor, so that is offset order. States are kept per run of records
+(``runs``): a Lease of a visible span from the cursor, and the Ack of its
+receipts, are one row each.
 
 FIFO (``ordering="fifo"``): each non-empty key has at most one head, the
 lowest unfinished record of the key Lease has reached (table ``fifo``); only
 the head is ever leased. Later records of the key wait in ``blocked`` and the
-next one becomes head when the head is acked, dies or is removed.
+next one becomes head when the head is acked, dies or is removed. Only
+segments holding keys (``segments.HAS_KEY``) are walked record by record.
 
 Every command that carries time first runs ``mature``: deadlines at or before
 ``now`` end, so the outcome of a command depends only on the command sequence,
@@ -19,13 +22,11 @@ never on how often Expire ran.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from itertools import islice
-from typing import NamedTuple
 
-from raft_queue.core.commands import ReceiptRef
-from raft_queue.core.records import decode_value, head
-from raft_queue.core.results import NOT_FOUND, OK, STALE, LeasedMessage
+from raft_queue.core import runs
+from raft_queue.core.results import LeasedSpan, LeaseResult
+from raft_queue.core.segments import HAS_KEY, Segment, segments_from
 from raft_queue.core.state import (
     BLOCKED,
     DELIVERY,
@@ -34,7 +35,7 @@ from raft_queue.core.state import (
     READY,
     RECORDS,
     TIMERS,
-    Delivery,
+    Run,
     Status,
     View,
     blocked_prefix,
@@ -58,7 +59,7 @@ def later(now: int, ms: int) -> int:
 
 def mature(view: View) -> None:
     """End every timer due: an expired lease (deadline <= ``now``) makes the
-    record READY, or DEAD once it has used ``max_receives`` leases; a wait
+    run READY, or DEAD once it has used ``max_receives`` leases; a wait
     (visible-at <= ``clock``) ends READY.
 
     Waits and delays are measured on ``clock``, which never goes back: a
@@ -68,140 +69,229 @@ def mature(view: View) -> None:
     clock = view.c.clock
     stop = None if clock >= U64_MAX else pair_key(clock + 1, 0)
     for key, status in list(view.txn.scan(TIMERS, b"", stop)):
-        at_ms, offset = unpack_pair(key)
+        at_ms, start = unpack_pair(key)
         leased = status[0] == Status.LEASED
-        old = view.delivery(offset)
-        if old is None or (leased and at_ms > view.now):
+        raw = view.txn.get(DELIVERY, u64(start))
+        if raw is None or (leased and at_ms > view.now):
             continue
-        if leased and _exhausted(view, old):
-            kill(view, offset, old)
+        run = Run.unpack(raw)
+        end = start + run.length
+        if leased and exhausted(view, run):
+            kill(view, start, run, start, end)
         else:
-            view.set_delivery(offset, old._replace(status=Status.READY, at_ms=0), old)
+            runs.reshape(view, start, run, start, end, run.becomes(Status.READY))
 
 
-def _exhausted(view: View, d: Delivery) -> bool:
+def exhausted(view: View, run: Run) -> bool:
     limit = view.cfg.max_receives
-    return limit > 0 and d.receive_count >= limit
+    return limit > 0 and run.receive_count >= limit
 
 
-def kill(view: View, offset: int, old: Delivery) -> None:
-    """Out of delivery; listed by Expire until ForgetDead."""
-    view.set_delivery(offset, old._replace(status=Status.DEAD, at_ms=0), old)
-    release_group(view, offset)
+def kill(view: View, start: int, run: Run, lo: int, hi: int) -> None:
+    """Records [lo, hi) of the run: out of delivery; listed by Expire until ForgetDead."""
+    runs.reshape(view, start, run, lo, hi, run.becomes(Status.DEAD))
+    release_range(view, lo, hi)
 
 
-class _Grant(NamedTuple):
-    """What one Lease gives every record it takes."""
+class _Grant:
+    """What one Lease gives, and the spans it has leased so far."""
 
-    deadline_ms: int
-    event: bytes  # the history entry (now, consumer, deadline)
-    first: bytes  # the packed Delivery of a record's first lease (the same for all)
+    __slots__ = ("deadline_ms", "event", "want", "spans")
+
+    def __init__(self, deadline_ms: int, event: bytes, want: int) -> None:
+        self.deadline_ms = deadline_ms
+        self.event = event  # the history entry (now, consumer, deadline)
+        self.want = want  # records still to lease
+        self.spans: list[LeasedSpan] = []
+
+    def take(self, seg: Segment, lo: int, hi: int, new: Run) -> None:
+        """Records [lo, hi) of ``seg`` are leased with ``new``'s epoch."""
+        if hi > lo:
+            self.spans.append(
+                LeasedSpan(
+                    seg.value, seg.base, lo, hi - lo, new.epoch, new.receive_count, new.at_ms
+                )
+            )
+            self.want -= hi - lo
 
 
-def lease(
-    view: View, max_records: int, visibility_ms: int, consumer: str
-) -> tuple[LeasedMessage, ...]:
+def lease(view: View, max_records: int, visibility_ms: int, consumer: str) -> LeaseResult:
     """Up to ``max_records`` visible records in offset order, leased until
     ``now + visibility_ms`` (0: the partition's visibility timeout)."""
     mature(view)
     deadline = later(view.now, visibility_ms or view.cfg.visibility_timeout_ms)
-    event = lease_event(view.now, consumer, deadline)
-    grant = _Grant(deadline, event, NEVER_LEASED.leased(deadline, event).pack())
-    out: list[LeasedMessage] = []
-    _lease_ready(view, max_records, grant, out)
-    if len(out) < max_records:
-        _lease_from_cursor(view, max_records, grant, out)
-    return tuple(out)
+    grant = _Grant(deadline, lease_event(view.now, consumer, deadline), max_records)
+    _lease_ready(view, grant)
+    if grant.want > 0:
+        _lease_from_cursor(view, grant)
+    return LeaseResult(tuple(grant.spans))
 
 
-def _grant(
-    view: View,
-    offset: int,
-    value: bytes,
-    old: Delivery | None,
-    grant: _Grant,
-    out: list[LeasedMessage],
-) -> None:
-    new = (old or NEVER_LEASED).leased(grant.deadline_ms, grant.event)
-    view.set_delivery(offset, new, old)
-    out.append(LeasedMessage(decode_value(offset, value), new.epoch, new.receive_count, new.at_ms))
-
-
-def _lease_ready(view: View, max_records: int, grant: _Grant, out: list[LeasedMessage]) -> None:
+def _lease_ready(view: View, grant: _Grant) -> None:
     # Slack: in FIFO, READY records that are not their key's head (only after
     # a switch from "none") are skipped and stay READY.
-    scan = islice(view.txn.scan(READY), max_records + 64)
-    for offset in [int_of(k) for k, _ in scan]:
-        if len(out) >= max_records:
+    starts = [int_of(k) for k, _ in islice(view.txn.scan(READY), grant.want + 64)]
+    for start in starts:
+        if grant.want <= 0:
             return
-        value = view.txn.get(RECORDS, u64(offset))
-        if value is None:
+        raw = view.txn.get(DELIVERY, u64(start))
+        if raw is None:
             continue
-        key = head(value).key if view.fifo else b""
-        if key:
-            holder = view.txn.get(FIFO, table_key(key))
-            if holder is None:
-                view.txn.put(FIFO, table_key(key), u64(offset))
-            elif int_of(holder) != offset:
+        run = Run.unpack(raw)
+        if run.status != Status.READY:
+            continue
+        new = run.leased(grant.deadline_ms, grant.event)
+        for seg, lo, hi in _leasable(view, start, start + run.length, grant.want):
+            held = runs.at(view, lo)
+            if held is not None:  # always: [lo, hi) is still READY in one run
+                runs.reshape(view, held[0], held[1], lo, hi, new)
+                grant.take(seg, lo, hi, new)
+
+
+def _leasable(view: View, lo: int, hi: int, want: int) -> list[tuple[Segment, int, int]]:
+    """The first ``want`` records of READY [lo, hi) that may be leased, as
+    (segment, lo, hi) pieces: all of them, except in FIFO the records that
+    are not their key's head (a key without a head gets this one)."""
+    out: list[tuple[Segment, int, int]] = []
+    for seg in segments_from(view.txn, RECORDS, lo):
+        if want <= 0 or seg.base >= hi:
+            break
+        a, b = max(lo, seg.base), min(hi, seg.end)
+        if not (view.fifo and seg.flags & HAS_KEY):
+            b = min(b, a + want)
+            out.append((seg, a, b))
+            want -= b - a
+            continue
+        piece = a
+        for offset in range(a, b):
+            if not _may_lead(view, seg.head(offset - seg.base).key, offset):
+                if offset > piece:
+                    out.append((seg, piece, offset))
+                piece = offset + 1
                 continue
-        _grant(view, offset, value, view.delivery(offset), grant, out)
+            want -= 1
+            if want == 0:
+                out.append((seg, piece, offset + 1))
+                return out
+        if b > piece:
+            out.append((seg, piece, b))
+    return out
 
 
-def _lease_from_cursor(
-    view: View, max_records: int, grant: _Grant, out: list[LeasedMessage]
-) -> None:
+def _may_lead(view: View, key: bytes, offset: int) -> bool:
+    """Whether READY ``offset`` may be leased in FIFO: it has no key, or it
+    is its key's head, or the key has none (then it becomes the head)."""
+    if not key:
+        return True
+    holder = view.txn.get(FIFO, table_key(key))
+    if holder is None:
+        view.txn.put(FIFO, table_key(key), u64(offset))
+        return True
+    return int_of(holder) == offset
+
+
+class _Walk:
+    """The cursor walk of one Lease: the span of first leases in progress."""
+
+    __slots__ = ("view", "grant", "first", "span_lo", "span_hi", "set_aside")
+
+    def __init__(self, view: View, grant: _Grant) -> None:
+        self.view, self.grant = view, grant
+        self.first = NEVER_LEASED.leased(grant.deadline_ms, grant.event)
+        self.span_lo = self.span_hi = -1
+        self.set_aside = 0
+
+    def lease(self, seg: Segment, lo: int, hi: int) -> None:
+        """First leases of [lo, hi): one run with the span before it."""
+        if self.span_hi != lo:
+            self.flush()
+            self.span_lo = lo
+        self.span_hi = hi
+        self.grant.take(seg, lo, hi, self.first)
+
+    def flush(self) -> None:
+        if self.span_hi > self.span_lo:
+            runs.place(
+                self.view, self.span_lo, self.first._replace(length=self.span_hi - self.span_lo)
+            )
+        self.span_lo = self.span_hi = -1
+
+    def busy(self) -> bool:
+        return self.grant.want <= 0 or self.set_aside >= SET_ASIDE_LIMIT
+
+
+def _lease_from_cursor(view: View, grant: _Grant) -> None:
     """Walk untouched records from the cursor: lease the visible ones, set
     aside the blocked and the individually delayed. A record held back only by
     the queue's delay stops the walk: timestamps never decrease, so no later
-    record can be visible yet.
-
-    A first lease (the bulk of a drain) is written as ``_grant`` would write
-    it, but its delivery value is the same for every record, and the rows go
-    to ``timers`` and ``delivery`` in one ``put_many`` each after the walk."""
-    c, queue_delay, set_aside = view.c, view.cfg.delay_ms, 0
-    deadline, first = grant.deadline_ms, grant.first
-    timer_value = bytes((Status.LEASED,))
-    timers: list[tuple[bytes, bytes]] = []
-    deliveries: list[tuple[bytes, bytes]] = []
-    for raw_key, value in view.txn.scan(RECORDS, u64(c.cursor)):
-        if len(out) >= max_records or set_aside >= SET_ASIDE_LIMIT:
+    record can be visible yet. A segment is taken whole (one step, however
+    many records) unless it has FIFO keys or delays beyond the queue's."""
+    c, queue_delay = view.c, view.cfg.delay_ms
+    walk = _Walk(view, grant)
+    for seg in segments_from(view.txn, RECORDS, c.cursor):
+        if walk.busy():
             break
-        offset, rec = int_of(raw_key), head(value)
-        grouped = view.fifo and rec.key != b""
-        if grouped and view.txn.get(FIFO, table_key(rec.key)) is not None:
-            view.set_delivery(offset, Delivery(Status.BLOCKED, 0, 0, 0), None, rec.key)
-            set_aside += 1
+        if (view.fifo and seg.flags & HAS_KEY) or seg.max_delay_ms > queue_delay:
+            if not _walk_records(view, walk, seg):
+                break
+            continue
+        if queue_delay and seg.timestamp_ms + queue_delay > c.clock:
+            break
+        hi = min(seg.end, c.cursor + grant.want)
+        walk.lease(seg, c.cursor, hi)
+        c.cursor = hi
+    walk.flush()
+
+
+def _walk_records(view: View, walk: _Walk, seg: Segment) -> bool:
+    """``_lease_from_cursor`` one record at a time through ``seg``; False
+    when a record held back by the queue's delay stops the walk."""
+    c, queue_delay = view.c, view.cfg.delay_ms
+    for offset in range(c.cursor, seg.end):
+        if walk.busy():
+            return True
+        head = seg.head(offset - seg.base)
+        grouped = view.fifo and head.key != b""
+        if grouped and view.txn.get(FIFO, table_key(head.key)) is not None:
+            walk.flush()
+            runs.put(view, offset, Run(Status.BLOCKED, 0, 0, 0, 1), head.key)
+            walk.set_aside += 1
         else:
-            delay = max(rec.delay_ms, queue_delay)
-            visible_at = rec.timestamp_ms + delay
+            delay = max(head.delay_ms, queue_delay)
+            visible_at = seg.timestamp_ms + delay
             if delay and visible_at > c.clock:
-                if rec.delay_ms <= queue_delay:
-                    break
-                view.set_delivery(offset, Delivery(Status.WAITING, 0, 0, visible_at), None)
-                set_aside += 1
-            else:  # == _grant(view, offset, value, None, grant, out)
-                timers.append((pair_key(deadline, offset), timer_value))
-                deliveries.append((raw_key, first))
-                out.append(LeasedMessage(decode_value(offset, value), 1, 1, deadline))
+                if head.delay_ms <= queue_delay:
+                    return False
+                walk.flush()
+                runs.place(view, offset, Run(Status.WAITING, 0, 0, visible_at, 1))
+                walk.set_aside += 1
+            else:
+                walk.lease(seg, offset, offset + 1)
             if grouped:
-                view.txn.put(FIFO, table_key(rec.key), u64(offset))
+                view.txn.put(FIFO, table_key(head.key), u64(offset))
         c.cursor = offset + 1
-    if timers:
-        view.txn.put_many(TIMERS, timers)
-        view.txn.put_many(DELIVERY, deliveries)
-        c.leased += len(timers)
+    return True
 
 
-def release_group(view: View, offset: int, key: bytes | None = None) -> None:
-    """``offset`` is finished, dead or gone: if it was its key's head, the
-    key's next blocked record becomes head. ``key``: the record's key if the
-    caller has it (else it is read from the log)."""
+def release_range(view: View, lo: int, hi: int) -> None:
+    """Records [lo, hi) are finished, dead or gone: each that was its key's
+    head passes the key on. Only segments with keys are looked into."""
     if not view.fifo:
         return
-    if key is None:
-        value = view.txn.get(RECORDS, u64(offset))
-        key = b"" if value is None else head(value).key
-    holder = view.txn.get(FIFO, table_key(key)) if key else None
+    for seg in segments_from(view.txn, RECORDS, lo):
+        if seg.base >= hi:
+            break
+        if seg.flags & HAS_KEY:
+            for offset in range(max(lo, seg.base), min(hi, seg.end)):
+                key = seg.head(offset - seg.base).key
+                if key:
+                    release_group(view, offset, key)
+
+
+def release_group(view: View, offset: int, key: bytes) -> None:
+    """``offset`` (of message key ``key``) is finished, dead or gone: if it
+    was its key's head, the key's next blocked record becomes head."""
+    holder = view.txn.get(FIFO, table_key(key))
     if holder is None or int_of(holder) != offset:
         return
     prefix = blocked_prefix(key)
@@ -211,99 +301,31 @@ def release_group(view: View, offset: int, key: bytes | None = None) -> None:
         return
     successor = int_of(nxt[0][-8:])
     view.txn.put(FIFO, table_key(key), u64(successor))
-    _promote(view, successor)
+    _promote(view, successor, key)
 
 
-def _promote(view: View, offset: int) -> None:
+def _promote(view: View, offset: int, key: bytes) -> None:
     """A BLOCKED record became its key's head: READY, or WAITING out its delay."""
-    old = view.delivery(offset)
-    value = view.txn.get(RECORDS, u64(offset))
-    if old is None or value is None:
+    held = runs.at(view, offset)
+    seg = next(segments_from(view.txn, RECORDS, offset), None)
+    if held is None or seg is None:
         return
-    rec = head(value)
-    delay = max(rec.delay_ms, view.cfg.delay_ms)
-    visible_at = rec.timestamp_ms + delay
+    head = seg.head(offset - seg.base)
+    delay = max(head.delay_ms, view.cfg.delay_ms)
+    visible_at = seg.timestamp_ms + delay
+    start, run = held
     if delay and visible_at > view.c.clock:
-        new = old._replace(status=Status.WAITING, at_ms=visible_at)
+        new = run.becomes(Status.WAITING, visible_at)
     else:
-        new = old._replace(status=Status.READY, at_ms=0)
-    view.set_delivery(offset, new, old, rec.key)
+        new = run.becomes(Status.READY)
+    runs.drop(view, start, run, key)
+    runs.place(view, offset, new)
 
 
 def unblock_all(view: View) -> None:
     """Ordering changed from fifo to none: no record waits for its key."""
     for blocked_key, _ in list(view.txn.scan(BLOCKED)):
-        _promote(view, int_of(blocked_key[-8:]))
+        offset = int_of(blocked_key[-8:])
+        _promote(view, offset, runs.record_key(view, offset))
     for fifo_key, _ in list(view.txn.scan(FIFO)):
         view.txn.delete(FIFO, fifo_key)
-
-
-# --- receipts -----------------------------------------------------------
-
-Action = Callable[[View, int, Delivery], None]
-
-
-def settle(view: View, receipts: tuple[ReceiptRef, ...], action: Action) -> tuple[str, ...]:
-    """Apply ``action`` to each receipt that names the record's current lease
-    epoch; the others get STALE or NOT_FOUND. A lease whose deadline passed
-    but which was not re-leased still counts (as SQS)."""
-    mature(view)
-    outcomes: list[str] = []
-    for ref in receipts:
-        current = _current(view, ref)
-        if isinstance(current, str):
-            outcomes.append(current)
-        else:
-            action(view, ref.offset, current)
-            outcomes.append(OK)
-    return tuple(outcomes)
-
-
-def _current(view: View, ref: ReceiptRef) -> Delivery | str:
-    c = view.c
-    if not c.earliest <= ref.offset < c.cursor:
-        return NOT_FOUND
-    d = view.delivery(ref.offset)
-    if d is None or d.status == Status.DEAD or d.epoch == 0:
-        return NOT_FOUND
-    return d if d.epoch == ref.epoch else STALE
-
-
-def ack(view: View, offset: int, old: Delivery) -> None:
-    if old.status == Status.LEASED and not view.fifo:
-        # The usual ack, as set_delivery + release_group would do it.
-        view.txn.delete(TIMERS, pair_key(old.at_ms, offset))
-        view.txn.delete(DELIVERY, u64(offset))
-        view.c.leased -= 1
-        view.c.done += 1
-        return
-    view.set_delivery(offset, None, old)
-    view.c.done += 1
-    release_group(view, offset)
-
-
-def nack_action(delay_ms: int) -> Action:
-    """End the lease now; visible again after ``delay_ms``. A record that has
-    used its ``max_receives`` leases dies instead (a nack ends its last lease)."""
-
-    def nack(view: View, offset: int, old: Delivery) -> None:
-        if _exhausted(view, old):
-            kill(view, offset, old)
-        elif delay_ms == 0:
-            view.set_delivery(offset, old._replace(status=Status.READY, at_ms=0), old)
-        else:
-            at = later(view.now, delay_ms)
-            new = old._replace(status=Status.WAITING, at_ms=at)
-            view.set_delivery(offset, new, old)
-
-    return nack
-
-
-def visibility_action(visibility_ms: int) -> Action:
-    """Leased until ``now + visibility_ms`` (0: the lease ends now)."""
-
-    def change(view: View, offset: int, old: Delivery) -> None:
-        at = later(view.now, visibility_ms)
-        view.set_delivery(offset, old._replace(status=Status.LEASED, at_ms=at), old)
-
-    return change

@@ -29,6 +29,12 @@ class KVTxn(Protocol):
         ``putmulti``, about 2x cheaper per item than separate puts)."""
         ...
 
+    def floor(self, table: str, key: bytes) -> tuple[bytes, bytes] | None:
+        """The item with the greatest key ``<= key``, or None (the segment or
+        run holding an offset is the one keyed by the greatest start at or
+        below it)."""
+        ...
+
     def delete(self, table: str, key: bytes) -> bool:
         """Remove ``key``; True if it existed."""
         ...

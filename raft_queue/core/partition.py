@@ -7,20 +7,22 @@ identical bytes, which ``digest`` proves. The machine holds no state between
 calls: everything lives in the tables (``state.TABLES``), so a snapshot is the
 store's image and a restored replica needs nothing else.
 
-Costs: Append is one put per record (plus one per dedup id) and one counters
-put per apply; Lease, Ack and Nack touch a handful of small tables per record;
-``stats`` is O(1) plus the timers already due.
+Costs: an Append is one put (its records as one segment) plus one per dedup
+id and one per request id, and one counters put per apply; Lease, Ack, Nack
+and ack compaction touch a handful of rows per run of contiguous records in
+one state (``runs``), not per record, unless FIFO keys or per-record delays
+make them look at records one by one; ``stats`` is O(1) plus the timers
+already due.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from itertools import islice
 from typing import Any
 
-from raft_queue.core import delivery, queries, retention
-from raft_queue.core.codec import TAG_APPEND, TAG_BATCH, decode, split_append, split_batch
+from raft_queue.core import appends, delivery, queries, receipts, retention
+from raft_queue.core.codec import TAG_APPEND, TAG_BATCH, decode, encode, split_batch
 from raft_queue.core.commands import (
     Ack,
     Append,
@@ -37,15 +39,8 @@ from raft_queue.core.commands import (
     Purge,
 )
 from raft_queue.core.kv import KVTxn
-from raft_queue.core.records import (
-    StoredRecord,
-    check_blob,
-    decode_value,
-    stored_value,
-    to_blob,
-)
+from raft_queue.core.records import check_blob
 from raft_queue.core.results import (
-    AppendItem,
     AppendResult,
     History,
     LeaseResult,
@@ -55,18 +50,13 @@ from raft_queue.core.results import (
     Result,
 )
 from raft_queue.core.state import (
-    DEDUP,
     GROUPS,
-    RECORDS,
     TABLES,
     View,
+    check_format,
     int_of,
-    load_counters,
-    pair_key,
     store_config,
-    table_key,
     u64,
-    unpack_pair,
 )
 from raft_queue.core.wire import Malformed
 from raft_queue.errors import InvalidArgument
@@ -92,8 +82,10 @@ class PartitionMachine:
         """``apply(txn, decode(data))``, with the same results and bytes, but an
         Append (alone or in a Batch) stores its records' bytes as received
         instead of decoding them into NewRecords and encoding them again: the
-        replicas' hot path. Malformed ``data`` raises InvalidArgument("command");
-        the caller's transaction must then be aborted (part may be applied)."""
+        replicas' hot path. Its framing is checked, not the records inside
+        (the leader built them; ``decode`` checks everything). Malformed
+        ``data`` raises InvalidArgument("command"); the caller's transaction
+        must then be aborted (part may be applied)."""
         view = View(txn)
         result = _apply_bytes(view, bytes(data), nested=False)
         view.flush()
@@ -114,19 +106,13 @@ class PartitionMachine:
         nothing (``next_offset == offset``); the caller compares it with the
         bounds in the result and decides (the server raises OutOfRange below
         ``earliest``, as Kafka)."""
-        c = load_counters(txn)
-        records: list[StoredRecord] = []
-        total = 0
-        start = u64(offset) if c.earliest <= offset < c.next_offset else None
-        scan = txn.scan(RECORDS, start) if start is not None else iter(())
-        for raw_key, value in islice(scan, max(max_records, 0)):
-            rec = decode_value(int_of(raw_key), value)
-            total += len(rec.body)
-            if records and max_bytes is not None and total > max_bytes:
-                break
-            records.append(rec)
-        next_offset = records[-1].offset + 1 if records else offset
-        return ReadResult(tuple(records), next_offset, c.earliest, c.next_offset)
+        return queries.read(txn, offset, max_records, max_bytes)
+
+    def check_format(self, txn: KVTxn) -> None:
+        """Internal unless the store is empty or holds this version's data
+        format (``state.DATA_FORMAT``): call it when opening a replica's store,
+        so data of another version is refused, never misread."""
+        check_format(txn)
 
     def stats(self, txn: KVTxn, now_ms: int) -> PartitionStats:
         """O(1) counters as of ``now_ms`` (see ``queries.stats``)."""
@@ -159,7 +145,7 @@ class PartitionMachine:
 def _apply_bytes(view: View, data: bytes, nested: bool) -> Result:
     tag = data[0] if data else -1
     if tag == TAG_APPEND:
-        return _append_blobs(view, *split_append(data))
+        return appends.append(view, data)
     if tag == TAG_BATCH and not nested:
         return tuple([_apply_bytes(view, part, nested=True) for part in split_batch(data)])
     cmd = decode(data)
@@ -177,75 +163,38 @@ def _configure(view: View, cmd: Configure) -> None:
 
 
 def _append(view: View, cmd: Append) -> AppendResult:
-    records = [(to_blob(r), r.dedup_id.encode()) for r in cmd.records]
-    return _append_blobs(view, cmd.now_ms, records)
+    return appends.append(view, encode(cmd))
 
 
 def _append_given_blobs(view: View, cmd: AppendBlobs) -> AppendResult:
+    """As ``apply_encoded`` of its bytes, but the blobs are checked first
+    (this path is not the replicas': they get bytes)."""
     try:
-        records = [(blob, check_blob(blob)) for blob in cmd.blobs]
+        for blob in cmd.blobs:
+            check_blob(blob)
     except Malformed as exc:
         raise InvalidArgument("command", f"malformed Append: {exc}") from exc
-    return _append_blobs(view, cmd.now_ms, records)
-
-
-def _append_blobs(view: View, now_ms: int, records: list[tuple[bytes, bytes]]) -> AppendResult:
-    """Dense offsets; ``timestamp_ms`` is ``now_ms``, raised if needed to the
-    previous record's so timestamps never decrease (retention, delay and dedup
-    walk the log in time order). ``records``: (blob, dedup_id as UTF-8) pairs.
-
-    The hot path of every replica: the dedup check of ``dedup.lookup_or_record``
-    is inlined, and the records go to the log in one ``put_many``."""
-    c, txn = view.c, view.txn
-    ts = c.last_ts = max(now_ms, c.last_ts)
-    view.at(ts)
-    window = view.cfg.dedup_window_ms
-    clock = c.clock
-    get, put = txn.get, txn.put
-    offset = c.next_offset
-    items: list[AppendItem] = []
-    add_item = items.append
-    rows: list[tuple[bytes, bytes]] = []
-    add_row = rows.append
-    stamp = stored_value(ts, b"")  # the >Q timestamp every value starts with
-    for blob, dedup_id in records:
-        if dedup_id and window > 0:
-            key = table_key(dedup_id)
-            raw = get(DEDUP, key)
-            if raw is not None:
-                original, original_ts = unpack_pair(raw)
-                if clock - original_ts < window:
-                    add_item(AppendItem(original, True))
-                    continue
-            put(DEDUP, key, pair_key(offset, ts))
-        add_row((u64(offset), stamp + blob))
-        add_item(AppendItem(offset, False))
-        offset += 1
-    txn.put_many(RECORDS, rows)
-    added = sum(len(value) for _, value in rows)
-    c.next_offset, c.stored_bytes = offset, c.stored_bytes + added
-    return AppendResult(tuple(items))
+    return appends.append(view, encode(cmd))
 
 
 def _lease(view: View, cmd: Lease) -> LeaseResult:
     view.at(cmd.now_ms)
-    return LeaseResult(delivery.lease(view, cmd.max_records, cmd.visibility_ms, cmd.consumer))
+    return delivery.lease(view, cmd.max_records, cmd.visibility_ms, cmd.consumer)
 
 
 def _ack(view: View, cmd: Ack) -> ReceiptsResult:
     view.at(cmd.now_ms)
-    return ReceiptsResult(delivery.settle(view, cmd.receipts, delivery.ack))
+    return receipts.settle(view, cmd.receipts, receipts.ack)
 
 
 def _nack(view: View, cmd: Nack) -> ReceiptsResult:
     view.at(cmd.now_ms)
-    return ReceiptsResult(delivery.settle(view, cmd.receipts, delivery.nack_action(cmd.delay_ms)))
+    return receipts.settle(view, cmd.receipts, receipts.nack_action(cmd.delay_ms))
 
 
 def _change_visibility(view: View, cmd: ChangeVisibility) -> ReceiptsResult:
     view.at(cmd.now_ms)
-    action = delivery.visibility_action(cmd.visibility_ms)
-    return ReceiptsResult(delivery.settle(view, cmd.receipts, action))
+    return receipts.settle(view, cmd.receipts, receipts.visibility_action(cmd.visibility_ms))
 
 
 def _commit_offset(view: View, cmd: CommitOffset) -> int:

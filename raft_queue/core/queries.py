@@ -10,14 +10,15 @@ from itertools import islice
 
 from raft_queue.core.commands import PartitionConfig
 from raft_queue.core.kv import KVTxn
-from raft_queue.core.records import head
-from raft_queue.core.results import History, LeaseEvent, PartitionStats
+from raft_queue.core.records import StoredRecord
+from raft_queue.core.results import History, LeaseEvent, PartitionStats, ReadResult
+from raft_queue.core.segments import segment_at, segments_from
 from raft_queue.core.state import (
     DELIVERY,
     RECORDS,
     TIMERS,
     Counters,
-    Delivery,
+    Run,
     Status,
     int_of,
     lease_events,
@@ -35,8 +36,33 @@ _STATE_NAMES = {
     Status.BLOCKED: "blocked",
     Status.DEAD: "dead",
 }
-# Dead records ahead of the oldest unfinished one that ``stats`` will skip.
+# Dead runs ahead of the oldest unfinished record that ``stats`` will skip.
 _DEAD_SKIP_LIMIT = 1_000
+
+
+def read(txn: KVTxn, offset: int, max_records: int, max_bytes: int | None = None) -> ReadResult:
+    """Retained records from ``offset`` on (see ``PartitionMachine.read``)."""
+    c = load_counters(txn)
+    records: list[StoredRecord] = []
+    if c.earliest <= offset < c.next_offset and max_records > 0:
+        _collect(txn, offset, max_records, max_bytes, records)
+    next_offset = records[-1].offset + 1 if records else offset
+    return ReadResult(tuple(records), next_offset, c.earliest, c.next_offset)
+
+
+def _collect(
+    txn: KVTxn, offset: int, max_records: int, max_bytes: int | None, out: list[StoredRecord]
+) -> None:
+    total = 0
+    for seg in segments_from(txn, RECORDS, offset):
+        i = max(offset, seg.base) - seg.base
+        for rec in seg.records(i, min(seg.count, i + max_records - len(out))):
+            total += len(rec.body)
+            if out and max_bytes is not None and total > max_bytes:
+                return
+            out.append(rec)
+        if len(out) >= max_records:
+            return
 
 
 def stats(txn: KVTxn, now_ms: int) -> PartitionStats:
@@ -64,26 +90,29 @@ def _due_timers(txn: KVTxn, cfg: PartitionConfig, now_ms: int) -> tuple[int, int
     ended = waited = died = 0
     stop = None if now_ms >= U64_MAX else pair_key(now_ms + 1, 0)
     for key, status in txn.scan(TIMERS, b"", stop):
-        if status[0] != Status.LEASED:
-            waited += 1
-            continue
-        ended += 1
         raw = txn.get(DELIVERY, key[8:])
-        if cfg.max_receives and raw and Delivery.unpack(raw).receive_count >= cfg.max_receives:
-            died += 1
+        if raw is None:
+            continue
+        run = Run.unpack(raw)
+        if status[0] != Status.LEASED:
+            waited += run.length
+            continue
+        ended += run.length
+        if cfg.max_receives and run.receive_count >= cfg.max_receives:
+            died += run.length
     return ended, waited, died
 
 
 def _oldest_timestamp(txn: KVTxn, c: Counters) -> int:
-    """Timestamp of the lowest offset neither finished nor dead: the first
-    delivery entry that is not DEAD, or else the cursor's record."""
+    """Timestamp of the lowest offset neither finished nor dead: the start of
+    the first run that is not DEAD, or else the cursor's record."""
     oldest = c.cursor if c.cursor < c.next_offset else None
     for key, value in islice(txn.scan(DELIVERY), _DEAD_SKIP_LIMIT):
         if value[0] != Status.DEAD:
             oldest = int_of(key)
             break
-    raw = None if oldest is None else txn.get(RECORDS, u64(oldest))
-    return 0 if raw is None else head(raw).timestamp_ms
+    seg = None if oldest is None else segment_at(txn, RECORDS, oldest)
+    return 0 if seg is None else seg.timestamp_ms
 
 
 def history(txn: KVTxn, offset: int) -> History | None:
@@ -94,12 +123,12 @@ def history(txn: KVTxn, offset: int) -> History | None:
         return None
     if offset >= c.cursor:
         return History("queued", 0, ())
-    raw = txn.get(DELIVERY, u64(offset))
-    if raw is None:
-        return History("done", 0, ())
-    d = Delivery.unpack(raw)
-    events = tuple(LeaseEvent(*event) for event in lease_events(d.history))
-    return History(_STATE_NAMES[d.status], d.receive_count, events)
+    item = txn.floor(DELIVERY, u64(offset))
+    run = Run.unpack(item[1]) if item is not None else None
+    if item is None or run is None or offset >= int_of(item[0]) + run.length:
+        return History("done", 0, ())  # in no run: finished
+    events = tuple(LeaseEvent(*event) for event in lease_events(run.history))
+    return History(_STATE_NAMES[run.status], run.receive_count, events)
 
 
 def next_due_ms(txn: KVTxn) -> int | None:
@@ -109,11 +138,10 @@ def next_due_ms(txn: KVTxn) -> int | None:
     first = next(txn.scan(TIMERS), None)
     due = None if first is None else int_of(first[0][:8])
     c = load_counters(txn)
-    raw = txn.get(RECORDS, u64(c.cursor)) if c.cursor < c.next_offset else None
-    if raw is not None:
-        rec = head(raw)
-        delay = max(rec.delay_ms, load_config(txn).delay_ms)
+    seg = segment_at(txn, RECORDS, c.cursor) if c.cursor < c.next_offset else None
+    if seg is not None:
+        delay = max(seg.head(c.cursor - seg.base).delay_ms, load_config(txn).delay_ms)
         if delay:
-            at = rec.timestamp_ms + delay
+            at = seg.timestamp_ms + delay
             due = at if due is None else min(due, at)
     return due

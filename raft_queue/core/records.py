@@ -3,12 +3,11 @@
 A record's *blob* is a fixed ``>IHHH`` header (delay_ms, then the UTF-8
 lengths of dedup_id and key, then the header count), the dedup_id and key,
 the headers as length-prefixed name/value pairs, and the body as the rest.
-An Append command carries each record as a length-prefixed blob, and the log
-(the ``records`` table value) stores ``>Q`` timestamp_ms + the same blob: a
-replica stores what it received without building a NewRecord
-(``PartitionMachine.apply_encoded``), checking it with one struct unpack and
-two slices. The value is a pure function of the record and its timestamp,
-so replicas store identical bytes.
+An Append command carries its records' blobs back to back behind a table of
+their end positions, and the log keeps them exactly so, one value per Append
+(``segments``): a replica stores what it received without looking inside a
+blob. The bytes are a pure function of the records, so replicas store
+identical bytes.
 """
 
 from __future__ import annotations
@@ -23,8 +22,7 @@ from raft_queue.errors import InvalidArgument
 
 Headers = tuple[tuple[str, bytes], ...]
 _BLOB = struct.Struct(">IHHH")  # delay_ms, len(dedup_id), len(key), len(headers)
-_TS = struct.Struct(">Q")
-_HEAD = struct.Struct(">QIHHH")  # a stored value starts with timestamp_ms + _BLOB
+BLOB_HEADER_SIZE = _BLOB.size
 MAX_FIELD_BYTES = 0xFFFF  # dedup_id and key, as UTF-8; also the header count
 
 
@@ -64,13 +62,13 @@ class StoredRecord:
 
 
 class Head(NamedTuple):
-    """The fields of a stored record that scheduling decisions look at
-    (strings as their UTF-8: they are only compared and used as keys)."""
+    """The fields of a record that scheduling decisions look at (strings as
+    their UTF-8: they are only compared and used as keys)."""
 
-    timestamp_ms: int
     delay_ms: int
     dedup_id: bytes
     key: bytes
+    headers: int  # how many
 
 
 def to_blob(rec: NewRecord) -> bytes:
@@ -145,28 +143,22 @@ def _read_headers(reader: Reader, count: int) -> Headers:
     return tuple((reader.str_(), reader.bytes_()) for _ in range(count))
 
 
-def stored_value(timestamp_ms: int, blob: bytes) -> bytes:
-    """The log's value for a record; its length is what ``retention_bytes``
-    and ``stats().bytes`` count (as Kafka's log size, framing included)."""
-    return _TS.pack(timestamp_ms) + blob
-
-
-def head(value: bytes) -> Head:
-    """What scheduling needs from a stored value (trusted: we wrote it)."""
-    timestamp_ms, delay_ms, dedup_len, key_len, _count = _HEAD.unpack_from(value)
-    start = _HEAD.size
+def blob_head(data: bytes, at: int) -> Head:
+    """The head of the blob starting at ``data[at]`` (trusted: we stored it)."""
+    delay_ms, dedup_len, key_len, count = _BLOB.unpack_from(data, at)
+    start = at + _BLOB.size
     end = start + dedup_len
-    return Head(timestamp_ms, delay_ms, value[start:end], value[end : end + key_len])
+    return Head(delay_ms, data[start:end], data[end : end + key_len], count)
 
 
-def decode_value(offset: int, value: bytes) -> StoredRecord:
-    timestamp_ms, _delay, dedup_len, key_len, count = _HEAD.unpack_from(value)
-    if not count:  # the common case, sliced directly (values are ours: trusted)
-        start = _HEAD.size
-        end = start + dedup_len
-        stop = end + key_len
-        if stop <= len(value):
-            dedup_id, key = value[start:end].decode(), value[end:stop].decode()
-            return StoredRecord(offset, value[stop:], key, (), timestamp_ms, dedup_id)
-    _delay, dedup_id, key, headers, body = _parse(value, _TS.size)
+def parse_blob(data: bytes, at: int, stop: int, offset: int, timestamp_ms: int) -> StoredRecord:
+    """The record whose blob is ``data[at:stop]`` (trusted: we stored it)."""
+    _delay, dedup_len, key_len, count = _BLOB.unpack_from(data, at)
+    start = at + _BLOB.size
+    end = start + dedup_len
+    key_end = end + key_len
+    if not count:  # the common case, sliced directly
+        dedup_id, key = data[start:end].decode(), data[end:key_end].decode()
+        return StoredRecord(offset, data[key_end:stop], key, (), timestamp_ms, dedup_id)
+    _delay, dedup_id, key, headers, body = _parse(data[at:stop], 0)
     return StoredRecord(offset, body, key, headers, timestamp_ms, dedup_id)

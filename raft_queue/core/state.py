@@ -3,24 +3,32 @@
 Tables (all keys compare as bytes; integers are big-endian fixed width so
 they sort numerically):
 
-``records``   offset -> stored record (``records.stored_value``); the log,
-              retained densely in ``[earliest, next_offset)``.
-``delivery``  offset -> ``Delivery``: per-record delivery state. Records at or
-              after the cursor were never touched and have none; a record
-              before the cursor without one is finished (acked, or dead and
-              forgotten). So Append writes nothing here.
-``timers``    (at_ms, offset) -> status byte: LEASED deadlines and WAITING
-              visible-at times, earliest first.
-``ready``     offset -> b"": visible again (lease expired, nacked, delay over).
-``blocked``   (key, offset) -> b"": FIFO records waiting for their key's head.
+``records``   base offset -> segment (``segments``): the records of one
+              Append. The log is retained densely in ``[earliest,
+              next_offset)``; the front segment may hold trimmed records
+              below ``earliest``.
+``delivery``  start offset -> ``Run``: ``length`` consecutive records with one
+              delivery state. Records at or after the cursor were never
+              touched and have none; a record before the cursor in no run is
+              finished (acked, or dead and forgotten). So Append writes
+              nothing here, and a Lease of N records writes one run.
+``timers``    (at_ms, start) -> status byte: LEASED deadlines and WAITING
+              visible-at times of runs, earliest first.
+``ready``     start -> b"": runs visible again (lease expired, nacked, delay over).
+``blocked``   (key, offset) -> b"": FIFO records waiting for their key's head
+              (always runs of one).
 ``fifo``      key -> offset of the key's head (the one record of the key that
               may be in flight).
-``dead``      offset -> b"": dead records not yet forgotten (ForgetDead).
-``dedup``     dedup_id -> (offset, timestamp_ms) of the original append.
-``dedup_exp`` (timestamp_ms, offset) -> dedup_id: live dedup entries whose
-              record left the log before its dedup window ended.
+``dead``      start -> b"": dead runs not yet forgotten (ForgetDead).
+``dedup``     dedup_id -> (offset, timestamp_ms) of the original append; and
+              0xfe + request id -> (first offset, timestamp_ms, the Append's
+              offsets) for whole Appends (``dedup``).
+``dedup_exp`` (timestamp_ms, offset)[+ key] -> dedup key: live entries to drop
+              when their window ends (request ids always; dedup ids whose
+              record left the log early).
 ``groups``    consumer group -> committed offset.
-``meta``      b"config" -> PartitionConfig, b"counters" -> ``Counters``.
+``meta``      b"config" -> PartitionConfig, b"counters" -> ``Counters``
+              (which starts with the data format version).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from raft_queue.core.codec import put_config, read_config
 from raft_queue.core.commands import PartitionConfig
 from raft_queue.core.kv import KVTxn
 from raft_queue.core.wire import U64, Reader, put_uvarint
+from raft_queue.errors import Internal
 
 RECORDS = "records"
 DELIVERY = "delivery"
@@ -51,11 +60,16 @@ TABLES = (RECORDS, DELIVERY, TIMERS, READY, BLOCKED, FIFO, DEAD, DEDUP, DEDUP_EX
 _CONFIG_KEY = b"config"
 _COUNTERS_KEY = b"counters"
 _PAIR = struct.Struct(">QQ")
-_DELIVERY = struct.Struct(">BIIQ")
+_RUN = struct.Struct(">BIIQQ")  # status, epoch, receive_count, at_ms, count
+
+# Version of the table layout above, stored with the counters. Version 1 (no
+# number stored) had one ``records`` value and one ``delivery`` value per
+# record; it cannot be read as version 2.
+DATA_FORMAT = 2
 
 
 class Status:
-    """Delivery.status values (plain ints: they are stored bytes)."""
+    """Run.status values (plain ints: they are stored bytes)."""
 
     LEASED = 1  # in flight until at_ms (the lease deadline)
     WAITING = 2  # invisible until at_ms (nack delay, or a record's own delay)
@@ -100,35 +114,54 @@ def blocked_prefix(key: bytes) -> bytes:
     return bytes(buf + raw)
 
 
-class Delivery(NamedTuple):
+class Run(NamedTuple):
+    """The delivery state shared by ``length`` consecutive records, from the
+    offset that keys it. Records with equal state are kept in one run and a
+    run splits when part of it changes (``runs``), so a Lease, Ack or Nack of
+    a contiguous span costs O(1) rows, not one per record."""
+
     status: int
     epoch: int  # 0 until first leased
     receive_count: int
     at_ms: int  # LEASED: deadline; WAITING: visible-at; otherwise 0
+    length: int  # how many records, from the start offset
     history: bytes = b""  # the last HISTORY_LIMIT leases (``lease_event``s)
 
     def pack(self) -> bytes:
-        return _DELIVERY.pack(self.status, self.epoch, self.receive_count, self.at_ms) + (
-            self.history
+        return (
+            _RUN.pack(self.status, self.epoch, self.receive_count, self.at_ms, self.length)
+            + self.history
         )
 
     @classmethod
-    def unpack(cls, value: bytes) -> Delivery:
-        status, epoch, receive_count, at_ms = _DELIVERY.unpack_from(value)
-        return cls(status, epoch, receive_count, at_ms, value[_DELIVERY.size :])
+    def unpack(cls, value: bytes) -> Run:
+        status, epoch, receive_count, at_ms, length = _RUN.unpack_from(value)
+        return cls(status, epoch, receive_count, at_ms, length, value[_RUN.size :])
 
-    def leased(self, deadline_ms: int, event: bytes) -> Delivery:
+    def same_state(self, other: Run) -> bool:
+        """Equal but for ``length``: the two could be one run."""
+        return self[:4] == other[:4] and self.history == other.history
+
+    def leased(self, deadline_ms: int, event: bytes) -> Run:
         """The next lease: epoch and receive count bumped, ``event`` recorded.
-        History rides in the delivery value, so it costs no extra put."""
+        History rides in the run's value, so it costs no extra put."""
         history = self.history
         if self.receive_count >= HISTORY_LIMIT:  # drop the oldest event
             history = history[_EVENT.size + history[_EVENT.size - 1] :]
-        return Delivery(
-            Status.LEASED, self.epoch + 1, self.receive_count + 1, deadline_ms, history + event
+        return Run(
+            Status.LEASED,
+            self.epoch + 1,
+            self.receive_count + 1,
+            deadline_ms,
+            self.length,
+            history + event,
         )
 
+    def becomes(self, status: int, at_ms: int = 0) -> Run:
+        return self._replace(status=status, at_ms=at_ms)
 
-NEVER_LEASED = Delivery(0, 0, 0, 0)
+
+NEVER_LEASED = Run(0, 0, 0, 0, 0)
 HISTORY_LIMIT = 16
 _EVENT = struct.Struct(">QQB")  # time_ms, deadline_ms, len(consumer); then consumer
 
@@ -158,23 +191,29 @@ class Counters:
     dedup_cursor: int = 0  # records below have had their dedup entry handled
     last_ts: int = 0  # newest record timestamp (timestamps never decrease)
     clock: int = 0  # highest now_ms any command carried: dedup's time
-    stored_bytes: int = 0  # sum of retained record values' lengths
+    stored_bytes: int = 0  # sum of retained records' sizes (``segments.Segment.size``)
     done: int = 0  # retained records that are finished (acked, dead and forgotten)
-    leased: int = 0  # LEASED deliveries
-    waiting: int = 0  # WAITING deliveries
-    dead: int = 0  # DEAD deliveries
+    leased: int = 0  # records in LEASED runs
+    waiting: int = 0  # records in WAITING runs
+    dead: int = 0  # records in DEAD runs
 
-    _FORMAT = struct.Struct(">11Q")
+    _FORMAT = struct.Struct(">I11Q")  # DATA_FORMAT, then the fields
 
     def pack(self) -> bytes:
-        return self._FORMAT.pack(*[getattr(self, name) for name in self.__slots__])
+        return self._FORMAT.pack(DATA_FORMAT, *[getattr(self, name) for name in self.__slots__])
 
     @classmethod
     def unpack(cls, value: bytes) -> Counters:
-        return cls(*cls._FORMAT.unpack(value))
+        if len(value) != cls._FORMAT.size or value[:4] != DATA_FORMAT.to_bytes(4, "big"):
+            found = int.from_bytes(value[:4], "big") if len(value) == cls._FORMAT.size else 1
+            raise Internal(
+                f"partition data format {found}, but this version of raft_queue reads only "
+                f"format {DATA_FORMAT}: the replica's data was written by another version"
+            )
+        return cls(*cls._FORMAT.unpack(value)[1:])
 
 
-_STATUS_COUNTER = {Status.LEASED: "leased", Status.WAITING: "waiting", Status.DEAD: "dead"}
+STATUS_COUNTER = {Status.LEASED: "leased", Status.WAITING: "waiting", Status.DEAD: "dead"}
 
 
 def load_config(txn: KVTxn) -> PartitionConfig:
@@ -189,16 +228,26 @@ def store_config(txn: KVTxn, config: PartitionConfig) -> None:
 
 
 def load_counters(txn: KVTxn) -> Counters:
+    """The counters; Internal if the partition was written in another data format."""
     raw = txn.get(META, _COUNTERS_KEY)
     return Counters() if raw is None else Counters.unpack(raw)
+
+
+def check_format(txn: KVTxn) -> None:
+    """Internal unless the tables are empty or in format ``DATA_FORMAT``."""
+    if txn.get(META, _COUNTERS_KEY) is None:
+        if txn.count(RECORDS) or txn.count(DELIVERY):  # format 1 wrote counters lazily
+            raise Internal("partition data without a format version (format 1): unreadable")
+        return
+    load_counters(txn)
 
 
 class View:
     """One apply's working set: the txn, the config, the counters and now.
 
-    Every change to a record's delivery state goes through ``set_delivery``,
-    which keeps the index tables and counters in step; ``flush`` writes the
-    counters once at the end of the apply.
+    Run changes go through ``runs``, which keeps the index tables and the
+    counters in step; ``flush`` writes the counters once at the end of the
+    apply (and always on the first apply, which stamps the data format).
     """
 
     __slots__ = ("txn", "cfg", "c", "now", "_loaded")
@@ -206,8 +255,9 @@ class View:
     def __init__(self, txn: KVTxn) -> None:
         self.txn = txn
         self.cfg = load_config(txn)
-        self.c = load_counters(txn)
-        self._loaded: bytes = self.c.pack()
+        raw = txn.get(META, _COUNTERS_KEY)
+        self.c = Counters() if raw is None else Counters.unpack(raw)
+        self._loaded: bytes = b"" if raw is None else raw
         self.now = 0
 
     def at(self, now_ms: int) -> None:
@@ -227,49 +277,3 @@ class View:
         if packed != self._loaded:
             self.txn.put(META, _COUNTERS_KEY, packed)
             self._loaded = packed
-
-    def delivery(self, offset: int) -> Delivery | None:
-        raw = self.txn.get(DELIVERY, u64(offset))
-        return None if raw is None else Delivery.unpack(raw)
-
-    def set_delivery(
-        self, offset: int, new: Delivery | None, old: Delivery | None, key: bytes = b""
-    ) -> None:
-        """Move ``offset`` from ``old`` to ``new`` (None: no state). ``key`` is
-        the record's key (UTF-8), needed only to enter or leave BLOCKED."""
-        if old is not None:
-            self._unindex(offset, old, key)
-        if new is None:
-            if old is not None:
-                self.txn.delete(DELIVERY, u64(offset))
-            return
-        self._index(offset, new, key)
-        self.txn.put(DELIVERY, u64(offset), new.pack())
-
-    def _unindex(self, offset: int, old: Delivery, key: bytes) -> None:
-        status = old.status
-        if status in (Status.LEASED, Status.WAITING):
-            self.txn.delete(TIMERS, pair_key(old.at_ms, offset))
-        elif status == Status.READY:
-            self.txn.delete(READY, u64(offset))
-        elif status == Status.BLOCKED:
-            self.txn.delete(BLOCKED, blocked_prefix(key) + u64(offset))
-        elif status == Status.DEAD:
-            self.txn.delete(DEAD, u64(offset))
-        name = _STATUS_COUNTER.get(status)
-        if name is not None:
-            setattr(self.c, name, getattr(self.c, name) - 1)
-
-    def _index(self, offset: int, new: Delivery, key: bytes) -> None:
-        status = new.status
-        if status in (Status.LEASED, Status.WAITING):
-            self.txn.put(TIMERS, pair_key(new.at_ms, offset), bytes((status,)))
-        elif status == Status.READY:
-            self.txn.put(READY, u64(offset), b"")
-        elif status == Status.BLOCKED:
-            self.txn.put(BLOCKED, blocked_prefix(key) + u64(offset), b"")
-        elif status == Status.DEAD:
-            self.txn.put(DEAD, u64(offset), b"")
-        name = _STATUS_COUNTER.get(status)
-        if name is not None:
-            setattr(self.c, name, getattr(self.c, name) + 1)

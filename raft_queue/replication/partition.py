@@ -21,10 +21,12 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
+from raft_queue import errors
 from raft_queue.core import codec, commands
 from raft_queue.core.partition import PartitionMachine
 from raft_queue.replication import snapshot
@@ -110,6 +112,7 @@ class PartitionReplica(ReplicatedGroup):
         self._ridden = _RIDDEN
         self.machine = PartitionMachine()
         self.store = LmdbStore(os.path.join(data_dir, "lmdb"), tables=PartitionMachine.TABLES)
+        self._check_format()
         conf = make_conf(
             journal_file=os.path.join(data_dir, "raft.journal"),
             dump_file=os.path.join(data_dir, "raft.dump"),
@@ -179,13 +182,22 @@ class PartitionReplica(ReplicatedGroup):
         """Apply ``data`` in a write transaction that is then aborted: the
         result without the effects (driver thread, for early acks)."""
         try:
-            cmd = commands.decode(data)
             with self.store.begin(write=True) as txn:
-                raise _Predicted(self.machine.apply(txn, cmd))
+                raise _Predicted(self.machine.apply_encoded(txn, data))
         except _Predicted as done:
             return done.result
         except Exception:
             return None
+
+    def _check_format(self) -> None:
+        """Refuse (Internal, naming the path) a store written in another data
+        format, rather than misread it: see docs/internals.md, "Data format"."""
+        try:
+            with self.store.begin() as txn:
+                self.machine.check_format(txn)
+        except errors.Internal as exc:
+            self.store.close()
+            raise errors.Internal(f"{self.store.path}: {exc.message}") from exc
 
     # ---- durability -------------------------------------------------------------------
     def set_durability(self, mode: str) -> None:
@@ -216,12 +228,25 @@ class PartitionReplica(ReplicatedGroup):
         return out
 
     # ---- reads (any thread) ------------------------------------------------------------
+    @contextmanager
+    def _reading(self) -> Iterator[Any]:
+        """A read txn; Unavailable (retryable) once the replica was stopped,
+        which another thread may do at any time (the reconciler)."""
+        with ExitStack() as stack:
+            try:
+                txn = stack.enter_context(self.store.begin())
+            except errors.Internal:
+                if not self.store.closed:
+                    raise
+                raise errors.Unavailable(f"{self.key}: replica stopped") from None
+            yield txn
+
     def read(self, offset: int, max_records: int) -> Any:
-        with self.store.begin() as txn:
+        with self._reading() as txn:
             return self.machine.read(txn, offset, max_records)
 
     def stats(self, now_ms: int) -> Any:
-        with self.store.begin() as txn:
+        with self._reading() as txn:
             return self.machine.stats(txn, now_ms)
 
     def next_due_ms(self) -> int | None:
@@ -231,7 +256,7 @@ class PartitionReplica(ReplicatedGroup):
         due = getattr(self.machine, "next_due_ms", None)
         if due is None:
             return None
-        with self.store.begin() as txn:
+        with self._reading() as txn:
             result: int | None = due(txn)
             return result
 
@@ -241,15 +266,15 @@ class PartitionReplica(ReplicatedGroup):
         history = getattr(self.machine, "history", None)
         if history is None:
             return None
-        with self.store.begin() as txn:
+        with self._reading() as txn:
             return history(txn, offset)
 
     def offsets(self) -> dict[str, int]:
-        with self.store.begin() as txn:
+        with self._reading() as txn:
             return self.machine.offsets(txn)
 
     def digest(self) -> str:
-        with self.store.begin() as txn:
+        with self._reading() as txn:
             return self.machine.digest(txn)
 
     # ---- snapshots (driver thread, called by pysyncobj) -----------------------------------
@@ -268,6 +293,7 @@ class PartitionReplica(ReplicatedGroup):
             self.store.restore_from(image)
         finally:
             snapshot.remove_quietly(image)
+        self._check_format()  # a snapshot from a replica of another version
         return meta
 
     def close(self) -> None:

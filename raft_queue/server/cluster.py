@@ -128,7 +128,10 @@ class Cluster:
         out = []
         for key, replica in list(self.node.replicas.items()):
             st = replica.status()
-            stats = replica.stats(now)
+            try:
+                stats = replica.stats(now)
+            except errors.Unavailable:
+                continue  # stopped just now by the reconciler (its own thread)
             leader = self.node.raft_address_to_node().get(st["leader"], "")
             out.append(
                 admin_pb2.ReplicaStatus(

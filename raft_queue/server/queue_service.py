@@ -19,7 +19,7 @@ import grpc
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2, queue_pb2_grpc
 from raft_queue.core import commands as cmd
-from raft_queue.server import convert, sending
+from raft_queue.server import convert, receiving, sending
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.peers import RemoteError, abort_remote, is_forwarded
 from raft_queue.server.queues import Queues
@@ -93,8 +93,10 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
     @handled
     async def Send(self, request: Any, context: Any) -> Any:  # noqa: N802
         q = self.node.queue_spec(request.queue)
-        results = await self.sender.send(q, request.entries, is_forwarded(context))
-        return sending.response(results)
+        results = await self.sender.send(
+            q, request.entries, is_forwarded(context), request.request_id
+        )
+        return sending.response(results, request.results_as_runs)
 
     @handled
     async def Receive(self, request: Any, context: Any) -> Any:  # noqa: N802
@@ -103,7 +105,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 
     async def _settle(self, request: Any, context: Any, make: Any, method: str) -> Any:
         results = await self.receiver.settle(request, is_forwarded(context), make, method)
-        return queue_pb2.ReceiptsResponse(results=results)
+        return receiving.receipts_response(request, results)
 
     @handled
     async def Ack(self, request: Any, context: Any) -> Any:  # noqa: N802

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import defaultdict
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Future
 from functools import partial
@@ -193,7 +192,7 @@ class Receiver:
         finally:
             waker.cancel()
         claimed = _withdraw(stands, keep=True)
-        out = [m for part, res in claimed for m in self._messages(q, part, res)]
+        out = [m for part, res in claimed for m in convert.lease_messages(q.name, part, q.uid, res)]
         return out, not claimed
 
     async def _lease_local(
@@ -214,20 +213,11 @@ class Receiver:
                     res = await _submit_lease(replica, lease, self.c.timeout_s)
                 except errors.QueueError:
                     continue  # lost leadership or timed out: other partitions still serve
-                out.extend(self._messages(q, part, res))
+                out.extend(convert.lease_messages(q.name, part, q.uid, res))
         except asyncio.CancelledError:
             if out:
                 asyncio.ensure_future(self.give_back(q, list(out)))
             raise
-
-    @staticmethod
-    def _messages(q: Any, part: int, res: Any) -> list[Any]:
-        """The Messages of a Lease result of partition ``part``."""
-        out = []
-        for m in res.messages:
-            receipt = convert.encode_receipt(q.uid, part, m.record.offset, m.epoch)
-            out.append(convert.message_pb(q.name, part, m.record, receipt, m.receive_count))
-        return out
 
     async def give_back(self, q: Any, messages: list[Any]) -> None:
         """Nack (delay 0) leases this node took but will not deliver."""
@@ -239,30 +229,30 @@ class Receiver:
     async def settle(
         self, request: Any, forwarded: bool, make: Callable[..., Any], method: str
     ) -> list[Any]:
-        """One ReceiptResult per receipt, in order; each partition's receipts
-        go to its leader as one command (one Raft entry, or part of one)."""
+        """One result per receipt, in order: its outcome (``"ok"``, ...) when
+        settled here, a ReceiptResult when forwarded (``receipts_response``
+        makes the response); each partition's receipts go to its leader as
+        one command (one Raft entry, or part of one)."""
         q = self.c.node.queue_spec(request.queue)
         if not request.receipts:
             raise errors.InvalidArgument("receipts", "at least one receipt is required")
-        by_part: dict[int, list[tuple[int, Any]]] = defaultdict(list)
-        for i, receipt in enumerate(request.receipts):
-            part, ref = convert.decode_receipt(i, receipt, q.uid, q.spec.partitions)
-            by_part[part].append((i, ref))
+        by_part = convert.receipts_by_partition(request.receipts, q.uid, q.spec.partitions)
         results: list[Any] = [None] * len(request.receipts)
 
-        async def one(part: int, items: list[tuple[int, Any]]) -> None:
+        async def one(part: int, items: convert.PartReceipts) -> None:
             replica = self.c.local_leader(q.name, part, forwarded)
             if replica is not None:
-                res = await self.c.submit(replica, make(tuple(r for _, r in items), now_ms()))
-                for (i, _), outcome in zip(items, res.outcomes, strict=True):
-                    results[i] = receipt_result(request.receipts[i], outcome)
+                res = await self.c.submit(replica, make(items.runs(), now_ms()))
+                for i, outcome in zip(items.indexes, res.outcomes, strict=True):
+                    results[i] = outcome
                 return
             sub = type(request)()
             sub.CopyFrom(request)
+            sub.failures_only = False  # one result per receipt, matched by position
             del sub.receipts[:]
-            sub.receipts.extend(request.receipts[i] for i, _ in items)
+            sub.receipts.extend(request.receipts[i] for i in items.indexes)
             resp = await self.c.forward_to_leader(q.name, part, method, sub)
-            for (i, _), res in zip(items, resp.results, strict=True):
+            for i, res in zip(items.indexes, resp.results, strict=True):
                 results[i] = res
 
         await asyncio.gather(*(one(p, items) for p, items in by_part.items()))
@@ -304,7 +294,7 @@ async def _submit_lease(replica: PartitionReplica, lease: cmd.Lease, timeout_s: 
 def _nack_unwanted(replica: PartitionReplica, fut: Future[Any]) -> None:
     if fut.cancelled() or fut.exception() is not None:
         return
-    refs = tuple(cmd.ReceiptRef(m.record.offset, m.epoch) for m in fut.result().messages)
+    refs = tuple(cmd.ReceiptRun(s.offset, s.count, s.epoch) for s in fut.result().spans)
     if refs:
         replica.submit(cmd.Nack(refs, 0, now_ms()))
 
@@ -348,6 +338,27 @@ NOT_FOUND_REASON = "not found: already acked, dead-lettered, expired or purged"
 
 
 _REASONS = {"stale": STALE_REASON, "not_found": NOT_FOUND_REASON}
+
+
+def receipts_response(request: Any, results: list[Any]) -> Any:
+    """The ReceiptsResponse for ``Receiver.settle``'s results: in full, or,
+    if the request asked for ``failures_only``, the failed receipts only
+    (with their indexes): an ack of a whole lease answers with nothing."""
+    out = queue_pb2.ReceiptsResponse()
+    receipts = request.receipts
+    if not request.failures_only:
+        out.results.extend(_result_pb(receipts[i], r) for i, r in enumerate(results))
+        return out
+    out.failures_only = True
+    for i, r in enumerate(results):
+        if r != "ok" and (type(r) is str or not r.ok):
+            out.failed.append(i)
+            out.results.append(_result_pb(receipts[i], r))
+    return out
+
+
+def _result_pb(receipt: str, result: Any) -> Any:
+    return receipt_result(receipt, result) if type(result) is str else result
 
 
 def receipt_result(receipt: str, outcome: str) -> Any:

@@ -8,6 +8,11 @@ Placement of an entry: its explicit ``partition``, else the hash of its
 ``key``, else the hash of its ``dedup_id`` (so a repeated send of the same
 dedup id lands on the partition that remembers it, and the duplicate is
 found), else round robin.
+
+A request id (``SendRequest.request_id``, the SDK's idempotency key of one
+Send RPC) goes into every partition's Append, and with the entries when
+they are forwarded: each partition remembers it once per Append, and a retry
+of the RPC gets the first attempt's offsets back as duplicates.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.client.partitioner import partition_for_key
 from raft_queue.core import commands as cmd
+from raft_queue.core.segments import Summary
 from raft_queue.server import convert
 from raft_queue.server.cluster import Cluster
 
@@ -47,12 +53,15 @@ class Sender:
             return partition_for_key(entry.dedup_id, partitions)
         return self.c.partition_of(i, entry, partitions)
 
-    async def send(self, q: Any, entries: Sequence[Any], forwarded: bool) -> list[Any]:
+    async def send(
+        self, q: Any, entries: Sequence[Any], forwarded: bool, request_id: bytes = b""
+    ) -> list[Any]:
         """One result per entry, in order: a SendResult message (forwarded
         entries) or a ``(partition, offset, duplicate, durability)`` tuple
         (appended here: no message built per entry; ``response`` turns the
         list into a SendResponse). Every entry is validated before anything is
         appended (bad input writes nothing)."""
+        convert.check_request_id(request_id)
         if not entries:
             raise errors.InvalidArgument("entries", "at least one message is required")
         if len(entries) > self.limits.max_batch_messages:
@@ -69,7 +78,9 @@ class Sender:
         results: list[Any] = [None] * len(entries)
         await asyncio.gather(
             *(
-                self._send_partition(q, part, idx, blobs[part], entries, results, forwarded)
+                self._send_partition(
+                    q, part, idx, blobs[part], entries, results, forwarded, request_id
+                )
                 for part, idx in by_part.items()
             )
         )
@@ -92,20 +103,27 @@ class Sender:
         q: Any,
         part: int,
         indexes: list[int],
-        blobs: tuple[bytes, ...],
+        blobs: tuple[tuple[bytes, ...], Summary],
         entries: Sequence[Any],
         results: list[Any],
         forwarded: bool,
+        request_id: bytes,
     ) -> None:
         replica = self.c.local_leader(q.name, part, forwarded)
         if replica is not None:
-            command = cmd.AppendBlobs(blobs, now_ms())
+            command = cmd.AppendBlobs(blobs[0], now_ms(), request_id, blobs[1])
             res, reached = await self.c.submit_append(replica, command)
             durability = convert.DURABILITY[reached]
-            for i, item in zip(indexes, res.items, strict=True):
-                results[i] = (part, item.offset, item.duplicate, durability)
+            if res.listed is None:  # the usual result: consecutive offsets, one flag
+                offsets = range(res.first, res.first + res.count)
+                dup = res.duplicate
+                for i, offset in zip(indexes, offsets, strict=True):
+                    results[i] = (part, offset, dup, durability)
+            else:
+                for i, item in zip(indexes, res.listed, strict=True):
+                    results[i] = (part, item.offset, item.duplicate, durability)
             return
-        sub = queue_pb2.SendRequest(queue=q.name)
+        sub = queue_pb2.SendRequest(queue=q.name, request_id=request_id)
         for i in indexes:
             entry = sub.entries.add()
             entry.CopyFrom(entries[i])
@@ -115,13 +133,32 @@ class Sender:
             results[i] = res
 
 
-def response(results: list[Any]) -> Any:
-    """The SendResponse for ``Sender.send``'s results (each added in place)."""
+def response(results: list[Any], as_runs: bool = False) -> Any:
+    """The SendResponse for ``Sender.send``'s results (each added in place):
+    one SendResult per entry, or (``as_runs``, as the SDK asks) SendRuns of
+    consecutive entries stored at consecutive offsets."""
     out = queue_pb2.SendResponse()
-    add, append = out.results.add, out.results.append
+    if not as_runs:
+        add, append = out.results.add, out.results.append
+        for r in results:
+            if type(r) is tuple:
+                add(partition=r[0], offset=r[1], duplicate=r[2], durability=r[3])
+            else:
+                append(r)
+        return out
+    run: list[Any] = []  # partition, offset, count, duplicate, durability
+    add_run = out.runs.add
     for r in results:
-        if type(r) is tuple:
-            add(partition=r[0], offset=r[1], duplicate=r[2], durability=r[3])
-        else:
-            append(r)
+        if type(r) is not tuple:  # a forwarded entry's SendResult
+            r = (r.partition, r.offset, r.duplicate, r.durability)
+        if run and r[0] == run[0] and r[1] == run[1] + run[2] and r[2:] == (run[3], run[4]):
+            run[2] += 1
+            continue
+        if run:
+            add_run(
+                partition=run[0], offset=run[1], count=run[2], duplicate=run[3], durability=run[4]
+            )
+        run = [r[0], r[1], 1, r[2], r[3]]
+    if run:
+        add_run(partition=run[0], offset=run[1], count=run[2], duplicate=run[3], durability=run[4])
     return out

@@ -177,6 +177,20 @@ class _LmdbTxn:
         if consumed != len(items):
             raise errors.Internal(f"put_many stored {consumed} of {len(items)} items")
 
+    def floor(self, table: str, key: bytes) -> tuple[bytes, bytes] | None:
+        db = self._db(table)
+        try:
+            with self.txn.cursor(db=db) as cursor:
+                if cursor.set_range(key):
+                    if cursor.key() == key:
+                        return key, cursor.value()
+                    found = cursor.prev()
+                else:
+                    found = cursor.last()
+                return (cursor.key(), cursor.value()) if found else None
+        except lmdb.Error as exc:
+            raise _translate(exc) from exc
+
     def delete(self, table: str, key: bytes) -> bool:
         if not (self.open and self.write):
             self._writable(table)
@@ -261,6 +275,10 @@ class LmdbStore:
     @property
     def path(self) -> Path:
         return self._path
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def _open(self) -> None:
         self._path.mkdir(parents=True, exist_ok=True)

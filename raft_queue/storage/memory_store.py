@@ -86,6 +86,14 @@ class _MemoryTxn:
         for key, value in items:
             self.put(table, key, value)
 
+    def floor(self, table: str, key: bytes) -> tuple[bytes, bytes] | None:
+        tab = self._table(table)
+        i = bisect.bisect_right(tab.keys, key)
+        if i == 0:
+            return None
+        found = tab.keys[i - 1]
+        return found, tab.data[found]
+
     def delete(self, table: str, key: bytes) -> bool:
         key = _checked(key)
         old = self._writable(table).delete(key)

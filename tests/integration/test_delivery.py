@@ -5,14 +5,17 @@ headers, purge and queue metadata. Each test uses its own queues."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from raft_queue import errors
+from raft_queue._proto.raft_queue.v1 import queue_pb2, queue_pb2_grpc
 from raft_queue.client import Client
 from raft_queue.core.partition import PartitionMachine
 from raft_queue.testing.cluster import LocalCluster
@@ -276,6 +279,28 @@ def test_a_duplicate_send_returns_the_original_partition_and_offset(client: Clie
     with pytest.raises(errors.InvalidArgument) as exc:
         client.create_queue("dedup2", partitions=1, dedup_window_ms=31 * 86_400_000)
     assert "dedup_window_ms" in exc.value.field
+
+
+def test_a_repeated_send_request_is_stored_once(client: Client, cluster: LocalCluster) -> None:
+    """What the SDK's retries rely on: the same request_id, sent again (here
+    to another node, so partitions led elsewhere are forwarded with it),
+    stores nothing and answers the first offsets as duplicates."""
+    client.create_queue("requests", partitions=2, replication_factor=3)
+    wait_until(lambda: all(p.leader for p in client.partitions("requests")), 30)
+    entries = [queue_pb2.SendEntry(body=b"m%d" % i, partition=i % 2) for i in range(6)]
+    request = queue_pb2.SendRequest(queue="requests", entries=entries, request_id=os.urandom(16))
+    answers = []
+    for spec in cluster.specs[:2]:
+        with grpc.insecure_channel(spec.address) as channel:
+            answers.append(queue_pb2_grpc.QueueServiceStub(channel).Send(request, timeout=20))
+    first, again = ([(r.partition, r.offset, r.duplicate) for r in a.results] for a in answers)
+    assert [(p, o) for p, o, _ in again] == [(p, o) for p, o, _ in first]
+    assert [d for _, _, d in first] == [False] * 6 and [d for _, _, d in again] == [True] * 6
+    assert sum(p.latest_offset for p in client.partitions("requests")) == 6
+    other = queue_pb2.SendRequest(queue="requests", entries=entries, request_id=b"another")
+    with grpc.insecure_channel(cluster.specs[0].address) as channel:
+        third = queue_pb2_grpc.QueueServiceStub(channel).Send(other, timeout=20)
+    assert not any(r.duplicate for r in third.results)
 
 
 # ---- 10. durability ----------------------------------------------------------------------

@@ -61,6 +61,7 @@ class FakeQueue:
     config: queue_pb2.QueueConfig
     logs: list[list[queue_pb2.Message]]
     dedup: dict[str, tuple[int, int]] = field(default_factory=dict)
+    requests: dict[bytes, queue_pb2.SendResponse] = field(default_factory=dict)
     leases: dict[tuple[int, int], int] = field(default_factory=dict)  # -> epoch
     acked: set[tuple[int, int]] = field(default_factory=set)
     offsets: dict[str, dict[int, int]] = field(default_factory=dict)
@@ -100,6 +101,8 @@ class FakeCluster:
             self.calls: list[tuple[int, str, object]] = []
             self.failures: list[Failure] = []
             self.forward = True  # False: non-leaders answer NotLeader
+            self.full_receipt_results = False  # True: ignore failures_only (older servers)
+            self.full_send_results = False  # True: ignore results_as_runs (older servers)
         return self
 
     def stop(self) -> None:
@@ -211,6 +214,11 @@ class FakeCluster:
 
     def rpc_Send(self, node, req):
         q = self._queue(req.queue)
+        if req.request_id and req.request_id in q.requests:  # a retry: the first results
+            first = q.requests[req.request_id]
+            for r in first.results:
+                r.duplicate = True
+            return first
         results = []
         for entry in req.entries:
             p = entry.partition if entry.HasField("partition") else 0
@@ -238,7 +246,20 @@ class FakeCluster:
                 q.dedup[entry.dedup_id] = (p, offset)
             durability = queue_pb2.DURABILITY_FSYNC
             results.append(queue_pb2.SendResult(partition=p, offset=offset, durability=durability))
-        return queue_pb2.SendResponse(results=results)
+        response = queue_pb2.SendResponse(results=results)
+        if req.results_as_runs and not self.full_send_results:
+            del response.results[:]
+            for r in results:
+                response.runs.add(
+                    partition=r.partition,
+                    offset=r.offset,
+                    count=1,
+                    duplicate=r.duplicate,
+                    durability=r.durability,
+                )
+        if req.request_id:
+            q.requests[req.request_id] = queue_pb2.SendResponse(results=results)
+        return response
 
     def rpc_Receive(self, node, req):
         q = self._queue(req.queue)
@@ -270,7 +291,12 @@ class FakeCluster:
             results.append(
                 queue_pb2.ReceiptResult(receipt=receipt, ok=ok, error="" if ok else "not found")
             )
-        return queue_pb2.ReceiptsResponse(results=results)
+        if not req.failures_only or self.full_receipt_results:  # as servers before the field
+            return queue_pb2.ReceiptsResponse(results=results)
+        failed = [i for i, r in enumerate(results) if not r.ok]
+        return queue_pb2.ReceiptsResponse(
+            results=[results[i] for i in failed], failed=failed, failures_only=True
+        )
 
     def rpc_Ack(self, node, req):
         def ack(q, key):
@@ -443,15 +469,18 @@ def test_create_with_a_different_definition_is_already_exists(client):
 # ---- send: dedup ids, retries ------------------------------------------------------
 
 
-def test_send_assigns_a_dedup_id_and_reports_placement(client, cluster):
+def test_send_gives_each_rpc_a_random_request_id_and_reports_placement(client, cluster):
     cluster.add_queue("q")
     result = client.send("q", "hello", headers={"trace": "abc"})
     assert (result.partition, result.offset, result.duplicate) == (0, 0, False)
     assert result.durability == "fsync"
-    ((_, request),) = cluster.calls_of("Send")
+    client.send_batch("q", [b"a", b"b"])
+    (_, request), (_, other) = cluster.calls_of("Send")
     entry = request.entries[0]
-    assert re.fullmatch(r"[0-9a-f]{32}", entry.dedup_id)
+    assert entry.dedup_id == ""  # no per-message id unless the caller gives one
+    assert len(request.request_id) == 16 and request.request_id != other.request_id
     assert entry.body == b"hello" and entry.headers["trace"] == b"abc"
+    assert [e.dedup_id for e in other.entries] == ["", ""]
 
 
 def test_explicit_dedup_id_is_sent_and_repeats_are_duplicates(client, cluster):
@@ -462,13 +491,29 @@ def test_explicit_dedup_id_is_sent_and_repeats_are_duplicates(client, cluster):
     assert [r.entries[0].dedup_id for _, r in cluster.calls_of("Send")] == ["order-17"] * 2
 
 
-def test_unavailable_is_retried_with_backoff_and_the_same_dedup_id(client, cluster, sleeps):
+@pytest.mark.parametrize("full", [False, True])
+def test_send_results_come_as_runs_or_one_per_entry(client, cluster, full):
+    cluster.add_queue("q", partitions=2)
+    cluster.full_send_results = full
+    sent = [OutgoingMessage(b"m", partition=p) for p in (0, 0, 1, 0)]
+    results = client.send_batch("q", sent)
+    assert [(r.partition, r.offset, r.duplicate) for r in results] == [
+        (0, 0, False),
+        (0, 1, False),
+        (1, 0, False),
+        (0, 2, False),
+    ]
+    assert {r.durability for r in results} == {"fsync"}
+    assert cluster.calls_of("Send")[0][1].results_as_runs
+
+
+def test_unavailable_is_retried_with_backoff_and_the_same_request_id(client, cluster, sleeps):
     cluster.add_queue("q")
     cluster.fail("Send", errors.Unavailable("no quorum"), times=2)
     result = client.send("q", b"payload")
     assert result.offset == 0
-    dedup_ids = [r.entries[0].dedup_id for _, r in cluster.calls_of("Send")]
-    assert len(dedup_ids) == 3 and len(set(dedup_ids)) == 1
+    request_ids = [r.request_id for _, r in cluster.calls_of("Send")]
+    assert len(request_ids) == 3 and len(set(request_ids)) == 1
     assert len(sleeps) == 2
     assert 0 <= sleeps[0] <= 0.05 and 0 <= sleeps[1] <= 0.1  # full jitter under the ceilings
 
@@ -479,7 +524,7 @@ def test_lost_response_is_retried_without_duplicating_the_message(client, cluste
     result = client.send("q", b"once")
     assert result.duplicate and result.offset == 0
     assert len(cluster.queues["q"].logs[0]) == 1
-    first, second = (r.entries[0].dedup_id for _, r in cluster.calls_of("Send"))
+    first, second = (r.request_id for _, r in cluster.calls_of("Send"))
     assert first == second
 
 
@@ -518,7 +563,7 @@ def test_not_leader_reroutes_at_once_to_the_hinted_leader(client, cluster, sleep
     cluster.forward = False
     client.send("q", b"a")
     assert nodes_called(cluster, "Send") == [0, 1]
-    first, second = (r.entries[0].dedup_id for _, r in cluster.calls_of("Send"))
+    first, second = (r.request_id for _, r in cluster.calls_of("Send"))
     assert first == second
     assert sleeps == []  # a redirect is not a backoff
     client.send("q", b"b")  # the hint was cached
@@ -609,6 +654,27 @@ def test_receive_then_ack_and_a_second_ack_is_not_ok(client, cluster):
     assert request.visibility_ms == 1000 and request.wait_ms == 10
 
 
+@pytest.mark.parametrize("full", [False, True])
+def test_receipt_results_are_one_per_receipt_whether_the_server_lists_all_or_failures(
+    client, cluster, full
+):
+    cluster.add_queue("q")
+    cluster.full_receipt_results = full
+    client.send_batch("q", [b"1", b"2", b"3"])
+    a, b, c = client.receive("q", max_messages=3)
+    client.ack("q", b)
+    results = client.ack("q", [a, b, c.receipt, b])
+    assert [(r.receipt, r.ok) for r in results] == [
+        (a.receipt, True),
+        (b.receipt, False),
+        (c.receipt, True),
+        (b.receipt, False),
+    ]
+    assert results[1].error == "not found"
+    (_, request) = cluster.calls_of("Ack")[-1]
+    assert request.failures_only
+
+
 def test_nack_and_change_visibility_return_one_result_per_receipt(client, cluster):
     cluster.add_queue("q")
     client.send_batch("q", [b"1", b"2"])
@@ -617,6 +683,17 @@ def test_nack_and_change_visibility_return_one_result_per_receipt(client, cluste
     assert [r.ok for r in client.nack("q", leased, delay_ms=5)] == [True, True]
     assert cluster.calls_of("Nack")[0][1].delay_ms == 5
     assert len(client.receive("q", max_messages=5)) == 2
+
+
+def test_acks_of_received_messages_go_to_their_partition_leader(client, cluster):
+    cluster.add_queue("q", partitions=2, leaders=[1, 0])
+    client.send_batch("q", [OutgoingMessage(b"a", partition=0), OutgoingMessage(b"b", partition=1)])
+    leased = sorted(client.receive("q", max_messages=10), key=lambda m: m.partition)
+    assert [r.ok for r in client.ack("q", leased[1])] == [True]
+    assert [r.ok for r in client.nack("q", [leased[0]])] == [True]
+    assert [r.ok for r in client.change_visibility("q", leased[0].receipt, 5)] == [False]
+    assert nodes_called(cluster, "Ack") == [0] and nodes_called(cluster, "Nack") == [1]
+    assert len(nodes_called(cluster, "ChangeVisibility")) == 1  # a bare receipt: some leader
 
 
 def test_out_of_range_request_values_name_the_field(client, cluster):

@@ -7,6 +7,7 @@ as InvalidArgument("command") and never as some other exception.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import pytest
@@ -31,7 +32,9 @@ from raft_queue.core.commands import (
     PartitionConfig,
     Purge,
     ReceiptRef,
+    ReceiptRun,
 )
+from raft_queue.core.records import to_blob
 from raft_queue.errors import InvalidArgument
 
 u32 = st.integers(0, 2**32 - 1)
@@ -49,10 +52,16 @@ records = st.builds(
     short,
     u32,
 )
-receipts = st.lists(st.builds(ReceiptRef, u64, st.integers(1, 2**32 - 1)), max_size=4).map(tuple)
+receipts = st.lists(
+    st.one_of(
+        st.builds(ReceiptRef, u64, st.integers(1, 2**32 - 1)),
+        st.builds(ReceiptRun, st.integers(0, 2**63), st.integers(1, 2**32), st.integers(1, 9)),
+    ),
+    max_size=4,
+).map(tuple)
 simple_commands: st.SearchStrategy[Command] = st.one_of(
     st.builds(Configure, configs),
-    st.builds(Append, st.lists(records, max_size=4).map(tuple), u64),
+    st.builds(Append, st.lists(records, max_size=4).map(tuple), u64, st.binary(max_size=64)),
     st.builds(Lease, short, u32, u32, u64),
     st.builds(Ack, receipts, u64),
     st.builds(Nack, receipts, u32, u64),
@@ -79,6 +88,11 @@ def test_round_trip_keeps_unicode_and_binary_exactly() -> None:
     rec = NewRecord(b"\x00\xff" * 3, key="clé-🔑", headers=(("h", b""), ("h", b"\x80")))
     cmd = Append((rec, NewRecord(b"", dedup_id="d" * 255)), now_ms=2**63)
     assert decode(encode(cmd)) == cmd
+
+
+def _append12(flags: int, max_delay: int, ends: list[int], data: bytes) -> bytes:
+    head = struct.pack(">QBIBI", 5, 0, len(ends), flags, max_delay)
+    return b"\x0c" + head + struct.pack(f">{len(ends)}I", *ends) + data
 
 
 def _rejected(data: bytes) -> InvalidArgument:
@@ -125,11 +139,22 @@ def test_garbage_decodes_to_a_valid_command_or_invalid_argument(data: bytes) -> 
         b"\x07\x02\xff\xfe\x00\x00",  # group not UTF-8
         b"\x07\x01g\x05\x02",  # reset flag neither 0 nor 1
         b"\x01\x07" + b"\x00" * 6,  # unknown ordering
-        b"\x04\x01\x05\x00\x09",  # receipt epoch 0
+        b"\x04\x01\x05\x00\x09",  # receipt epoch 0 (tag 4: one receipt each)
+        b"\x0d\x01\x05\x01\x00\x09",  # receipt run of epoch 0
+        b"\x0d\x01\x05\x00\x01\x09",  # receipt run of no receipts
+        b"\x0c" + b"\x00" * 8 + b"\x41",  # request id of 65 bytes
+        b"\x0c" + b"\x00" * 9 + b"\x00\x00\x00\x02\x00\x00\x00\x00\x00",  # no end table
+        _append12(0, 0, [12, 11], b"\x00" * 12),  # ends go backwards
+        _append12(0, 0, [9], b"\x00" * 9),  # record shorter than its header
+        _append12(0, 0, [10], b"\x00" * 11),  # a byte after the last record
+        _append12(0, 8, [10], b"\x00" * 10),  # unknown flag
+        _append12(1, 0, [10], b"\x00" * 10),  # summary says a key, the record has none
+        _append12(0, 0, [10], b"\x00\x00\x00\x00\x00\x01" + b"\x00" * 4),  # dedup id past the end
         b"\x0b\x00\x00\x00\x01\x00\x00\x00\x05\x0b\x00\x00\x00\x00",  # nested Batch
     ],
 )
 def test_malformed_input_is_rejected(data: bytes) -> None:
+    """(``_append12`` builds tag 12 Appends: flags, max delay, ends, data.)"""
     _rejected(data)
 
 
@@ -148,17 +173,38 @@ def test_tags_are_stable() -> None:
     tags = {type(c).__name__: encode(c)[0] for c in _one_of_each()}
     assert tags == {
         "Configure": 1,
-        "Append": 2,
+        "Append": 12,
         "Lease": 3,
-        "Ack": 4,
-        "Nack": 5,
-        "ChangeVisibility": 6,
+        "Ack": 13,
+        "Nack": 14,
+        "ChangeVisibility": 15,
         "CommitOffset": 7,
         "Expire": 8,
         "Purge": 9,
         "ForgetDead": 10,
         "Batch": 11,
     }
+
+
+def test_the_layouts_before_segments_and_receipt_runs_still_decode() -> None:
+    """Tags 2, 4, 5, 6: a record per u32-prefixed blob, a receipt per (offset, epoch)."""
+    blob = to_blob(NewRecord(b"body", key="k"))
+    old_append = b"\x02" + struct.pack(">QII", 7, 1, len(blob)) + blob
+    assert decode(old_append) == Append((NewRecord(b"body", key="k"),), 7)
+    receipts = b"\x03\x05\x01\x06\x01\x09\x02"  # (5, 1), (6, 1), (9, 2)
+    runs = (ReceiptRun(5, 2, 1), ReceiptRun(9, 1, 2))
+    assert decode(b"\x04" + receipts + b"\x63") == Ack(runs, 99)
+    assert decode(b"\x05" + receipts + b"\x01\x63") == Nack(runs, 1, 99)
+    assert decode(b"\x06" + receipts + b"\x01\x63") == ChangeVisibility(runs, 1, 99)
+
+
+def test_receipts_are_kept_as_the_fewest_runs_in_their_order() -> None:
+    refs = tuple(ReceiptRef(o, e) for o, e in [(5, 1), (6, 1), (7, 2), (3, 1), (4, 1), (4, 1)])
+    ack = Ack(refs, 1)
+    runs = (ReceiptRun(5, 2, 1), ReceiptRun(7, 1, 2), ReceiptRun(3, 2, 1), ReceiptRun(4, 1, 1))
+    assert ack.receipts == runs
+    assert Ack(runs, 1) == ack == decode(encode(ack))
+    assert Ack((ReceiptRun(0, 2, 1), ReceiptRun(2, 3, 1)), 1).receipts == (ReceiptRun(0, 5, 1),)
 
 
 def _one_of_each() -> list[Command]:
@@ -182,7 +228,7 @@ def test_append_encoding_is_compact() -> None:
     """The hot path: a 100-byte record costs a few bytes of framing, not JSON."""
     one = len(encode(Append((NewRecord(b"x" * 100),), 1_700_000_000_000)))
     ten = len(encode(Append((NewRecord(b"x" * 100),) * 10, 1_700_000_000_000)))
-    assert one <= 100 + 32
+    assert one <= 100 + 34
     assert (ten - one) / 9 <= 100 + 14
 
 
@@ -201,6 +247,12 @@ def test_append_encoding_is_compact() -> None:
         (lambda: Append((b"raw",), 1), "records"),
         (lambda: Append((), -1), "now_ms"),
         (lambda: Append((), 2**64), "now_ms"),
+        (lambda: Append((), 1, request_id="r"), "request_id"),
+        (lambda: Append((), 1, request_id=b"r" * 65), "request_id"),
+        (lambda: ReceiptRun(1, 0, 1), "count"),
+        (lambda: ReceiptRun(2**64 - 1, 2, 1), "count"),
+        (lambda: ReceiptRun(1, 1, 0), "epoch"),
+        (lambda: Ack((ReceiptRef(1, 1), 5), 1), "receipts"),
         (lambda: Lease(None, 1, 0, 1), "consumer"),
         (lambda: Lease("c", 1.5, 0, 1), "max_records"),
         (lambda: Lease("c", True, 0, 1), "max_records"),
@@ -224,17 +276,20 @@ def test_bad_fields_are_rejected_naming_the_field(build: Any, field: str) -> Non
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(records, max_size=5).map(tuple), u64)
+@given(st.lists(records, max_size=5).map(tuple), u64, st.binary(max_size=16))
 def test_append_blobs_encode_to_the_bytes_of_the_same_append(
-    recs: tuple[NewRecord, ...], now_ms: int
+    recs: tuple[NewRecord, ...], now_ms: int, request_id: bytes
 ) -> None:
-    from raft_queue.core.records import to_blob
+    from raft_queue.core.segments import summarize
 
-    blobs = AppendBlobs(tuple(to_blob(r) for r in recs), now_ms)
-    assert encode(blobs) == encode(Append(recs, now_ms))
-    assert decode(encode(blobs)) == Append(recs, now_ms)
+    all_blobs = tuple(to_blob(r) for r in recs)
+    blobs = AppendBlobs(all_blobs, now_ms, request_id)
+    assert encode(blobs) == encode(Append(recs, now_ms, request_id))
+    assert decode(encode(blobs)) == Append(recs, now_ms, request_id)
+    summarized = AppendBlobs(all_blobs, now_ms, request_id, summarize(all_blobs))
+    assert encode(summarized) == encode(blobs)
     assert encode(Batch((blobs, Lease("c", 1, 0, 1)))) == encode(
-        Batch((Append(recs, now_ms), Lease("c", 1, 0, 1)))
+        Batch((Append(recs, now_ms, request_id), Lease("c", 1, 0, 1)))
     )
 
 
@@ -243,7 +298,7 @@ def test_append_blobs_encode_to_the_bytes_of_the_same_append(
 def test_plain_blob_is_the_blob_of_a_record_without_headers_or_delay(
     body: bytes, key: str, dedup_id: str
 ) -> None:
-    from raft_queue.core.records import plain_blob, to_blob
+    from raft_queue.core.records import plain_blob
 
     assert plain_blob(body, key, dedup_id) == to_blob(NewRecord(body, key, (), dedup_id, 0))
 

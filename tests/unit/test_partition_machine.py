@@ -31,7 +31,7 @@ from raft_queue.core.commands import (
 )
 from raft_queue.core.kv import KVTxn
 from raft_queue.core.partition import PartitionMachine
-from raft_queue.core.records import stored_value, to_blob
+from raft_queue.core.records import to_blob
 from raft_queue.core.results import (
     NOT_FOUND,
     OK,
@@ -47,6 +47,7 @@ from raft_queue.core.results import (
     ReadResult,
     ReceiptsResult,
 )
+from raft_queue.core.segments import RECORD_OVERHEAD
 from raft_queue.core.state import HISTORY_LIMIT
 from raft_queue.errors import InvalidArgument
 from raft_queue.storage import MemoryStore
@@ -120,6 +121,11 @@ class Partition:
             return txn.count(table)
 
 
+def size(rec: NewRecord) -> int:
+    """A record's stored size, as retention_bytes and stats count it."""
+    return RECORD_OVERHEAD + len(to_blob(rec))
+
+
 def refs(*msgs: LeasedMessage | ReceiptRef) -> tuple[ReceiptRef, ...]:
     return tuple(
         m if isinstance(m, ReceiptRef) else ReceiptRef(m.record.offset, m.epoch) for m in msgs
@@ -138,8 +144,8 @@ def test_offsets_are_dense_from_zero_across_appends_and_batches() -> None:
     assert p.append(1, b"a", b"b") == [0, 1]
     batch = Batch((Append((NewRecord(b"c"),), 2), Append((NewRecord(b"d"),), 2)))
     assert p.apply(batch) == (
-        AppendResult((AppendItem(2, False),)),
-        AppendResult((AppendItem(3, False),)),
+        AppendResult.of((AppendItem(2, False),)),
+        AppendResult.of((AppendItem(3, False),)),
     )
     read = p.read()
     assert [r.offset for r in read.records] == [0, 1, 2, 3]
@@ -249,7 +255,7 @@ def test_stats_count_messages_in_flight_delayed_and_stored_bytes() -> None:
     p.ack(7, p.lease(7, 1)[0])
     p.lease(7, 1, visibility=100)
     p.nack(7, 50, *p.lease(7, 1))
-    stored = sum(len(stored_value(0, to_blob(r))) for r in recs)
+    stored = sum(size(r) for r in recs)
     assert p.stats(10) == PartitionStats(0, 4, 3, 1, 1, 0, stored, oldest_timestamp_ms=5)
     assert p.stats(107).in_flight == 0 and p.stats(107).delayed == 0
 
@@ -348,7 +354,7 @@ class CountingTxn:
 
 @pytest.mark.parametrize("encoded", [False, True])
 @pytest.mark.parametrize("dedup", [False, True])
-def test_append_costs_one_put_per_record_plus_dedup_entry(dedup: bool, encoded: bool) -> None:
+def test_append_costs_one_put_per_append_plus_dedup_entries(dedup: bool, encoded: bool) -> None:
     p = Partition()
     recs = tuple(NewRecord(b"x", dedup_id=f"id{i}" if dedup else "") for i in range(100))
     batch = Batch((Append(recs[:50], 1), Append(recs[50:], 2)))
@@ -358,8 +364,17 @@ def test_append_costs_one_put_per_record_plus_dedup_entry(dedup: bool, encoded: 
             p.machine.apply_encoded(counting, encode(batch))
         else:
             p.machine.apply(counting, batch)
-    expected = {"records": 100, "meta": 1} | ({"dedup": 100} if dedup else {})
+    expected = {"records": 2, "meta": 1} | ({"dedup": 100} if dedup else {})
     assert counting.puts == expected  # meta: one counters write per Raft entry
+
+
+def test_a_request_id_costs_one_dedup_entry_per_append() -> None:
+    p = Partition()
+    recs = tuple(NewRecord(b"x") for _ in range(100))
+    with p.store.begin(write=True) as txn:
+        counting: Any = CountingTxn(txn)
+        p.machine.apply_encoded(counting, encode(Append(recs, 1, request_id=b"r" * 16)))
+    assert counting.puts == {"records": 1, "dedup": 1, "dedup_exp": 1, "meta": 1}
 
 
 def _blob(delay: int, dedup_len: int, key_len: int, count: int, rest: bytes) -> bytes:
@@ -701,11 +716,11 @@ def test_retention_zero_compacts_acked_records_from_the_front_only() -> None:
 
 
 def test_retention_bytes_trims_the_oldest_records() -> None:
-    size = len(stored_value(0, to_blob(NewRecord(b"aaaa"))))
-    p = Partition(retention_bytes=2 * size, retention_ms=10**9)
+    one = size(NewRecord(b"aaaa"))
+    p = Partition(retention_bytes=2 * one, retention_ms=10**9)
     p.append(0, b"aaaa", b"bbbb", b"cccc")
     assert p.expire(1).removed == 1
-    assert p.stats(1).bytes == 2 * size
+    assert p.stats(1).bytes == 2 * one
 
 
 def test_purge_drops_everything_but_keeps_offsets_growing() -> None:

@@ -15,6 +15,8 @@ a key in flight and leases a key in offset order.
 
 from __future__ import annotations
 
+import itertools
+import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +57,7 @@ from raft_queue.core.results import (
     LeaseResult,
     ReceiptsResult,
 )
+from raft_queue.core.segments import RECORD_OVERHEAD, Segment
 from raft_queue.core.state import (
     BLOCKED,
     DEAD,
@@ -64,10 +67,12 @@ from raft_queue.core.state import (
     READY,
     RECORDS,
     TIMERS,
-    Delivery,
+    Run,
     Status,
     int_of,
     load_counters,
+    pair_key,
+    u64,
     unpack_pair,
 )
 from raft_queue.storage import MemoryStore
@@ -88,7 +93,7 @@ class Rec:
 
     @property
     def size(self) -> int:
-        return 8 + len(to_blob(self.rec))  # timestamp + the record as encoded
+        return RECORD_OVERHEAD + len(to_blob(self.rec))  # as retention_bytes counts it
 
 
 @dataclass
@@ -102,6 +107,7 @@ class Model:
     last_ts: int = 0
     clock: int = 0  # highest now seen: dedup windows are measured on it
     dedup: dict[str, tuple[int, int]] = field(default_factory=dict)
+    requests: dict[bytes, tuple[tuple[int, ...], int]] = field(default_factory=dict)
     groups: dict[str, int] = field(default_factory=dict)
 
     def status_at(self, r: Rec, now: int) -> str:
@@ -118,9 +124,13 @@ class Model:
         for r in self.recs.values():
             r.status = self.status_at(r, self.clock if r.status == "waiting" else now)
 
-    def append(self, recs: tuple[NewRecord, ...], now: int) -> AppendResult:
+    def append(self, recs: tuple[NewRecord, ...], now: int, request: bytes = b"") -> AppendResult:
         ts = self.last_ts = max(now, self.last_ts)
         self.clock = max(self.clock, now)
+        window = self.cfg.dedup_window_ms
+        seen_request = self.requests.get(request) if request and window else None
+        if seen_request and self.clock - seen_request[1] < window:
+            return AppendResult.of(AppendItem(o, True) for o in seen_request[0])
         items = []
         for rec in recs:
             seen = self.dedup.get(rec.dedup_id)
@@ -133,7 +143,9 @@ class Model:
             self.recs[self.next_offset] = Rec(self.next_offset, ts, rec)
             items.append(AppendItem(self.next_offset, False))
             self.next_offset += 1
-        return AppendResult(tuple(items))
+        if request and window:
+            self.requests[request] = (tuple(i.offset for i in items), ts)
+        return AppendResult.of(items)
 
     def is_head(self, r: Rec) -> bool:
         if self.cfg.ordering != "fifo" or not r.rec.key:
@@ -216,6 +228,7 @@ class PartitionModelTest(RuleBasedStateMachine):
         self.issued: list[ReceiptRef] = []
         self.acked: set[int] = set()
         self.dead_seen: tuple[int, ...] = ()
+        self.last_lease: tuple[ReceiptRef, ...] = ()
         self.model = Model(PartitionConfig())
 
     def run(self, cmd: Command) -> Any:
@@ -231,7 +244,7 @@ class PartitionModelTest(RuleBasedStateMachine):
         max_receives=st.sampled_from([0, 1, 2, 3]),
         dedup_window_ms=st.sampled_from([0, 30, 300]),
         retention_ms=st.sampled_from([0, 0, 50, 500]),
-        retention_bytes=st.sampled_from([0, 0, 12]),
+        retention_bytes=st.sampled_from([0, 0, 12, 80, 200]),
         delay_ms=st.sampled_from([0, 0, 10]),
         visibility_timeout_ms=st.sampled_from([10, 50]),
     )
@@ -247,31 +260,41 @@ class PartitionModelTest(RuleBasedStateMachine):
                 key=st.sampled_from(["", "a", "b", "c"]),
                 dedup_id=st.sampled_from(["", "", "d1", "d2", "d3"]),
                 delay_ms=st.sampled_from([0, 0, 0, 5, 40]),
+                headers=st.sampled_from([(), (), (("h", b"v"), ("i", b""))]),
             ),
             min_size=1,
-            max_size=4,
+            max_size=6,
         ),
         batched=st.booleans(),
+        request=st.sampled_from([b"", b"", b"r1", b"r2"]),
     )
-    def append(self, records: list[NewRecord], batched: bool) -> None:
-        """One Append, or (as the leader's group commit) a Batch of one each."""
+    def append(self, records: list[NewRecord], batched: bool, request: bytes) -> None:
+        """One Append, or (as the leader's group commit) a Batch of one each;
+        with a request id, a repeat within the window is one duplicate."""
         before, clock = self.model.next_offset, max(self.now, self.model.clock)
         window = self.model.dedup.copy()
         if batched:
-            results = self.run(Batch(tuple(Append((r,), self.now) for r in records)))
-            result = AppendResult(tuple(i for res in results for i in res.items))
+            cmds = tuple(Append((r,), self.now, request) for r in records)
+            results = self.run(Batch(cmds))
+            result = AppendResult.of(i for res in results for i in res.items)
+            expected = AppendResult.of(
+                i for r in records for i in self.model.append((r,), self.now, request).items
+            )
         else:
-            result = self.run(Append(tuple(records), self.now))
-        assert result == self.model.append(tuple(records), self.now)
+            result = self.run(Append(tuple(records), self.now, request))
+            expected = self.model.append(tuple(records), self.now, request)
+        assert result == expected
         fresh = [item.offset for item in result.items if not item.duplicate]
         assert fresh == list(range(before, before + len(fresh)))  # dense, growing
+        if request and self.model.cfg.dedup_window_ms:
+            return  # a repeated request answers with its first offsets, whatever the ids
         for rec, item in zip(records, result.items, strict=True):
             seen = window.get(rec.dedup_id)
             if seen and clock - seen[1] < self.model.cfg.dedup_window_ms:
                 assert item == AppendItem(seen[0], True)
 
     @rule(
-        n=st.integers(1, 4),
+        n=st.integers(1, 8),
         visibility=st.sampled_from([0, 5, 20, 100]),
         consumer=st.sampled_from(["alpha", "beta"]),
     )
@@ -286,6 +309,7 @@ class PartitionModelTest(RuleBasedStateMachine):
             assert m.record.offset not in self.acked  # never redelivered once acked
             assert m.record.body == self.model.recs[m.record.offset].rec.body
             self.issued.append(ReceiptRef(m.record.offset, m.epoch))
+        self.last_lease = tuple(ReceiptRef(m.record.offset, m.epoch) for m in result.messages)
 
     def _receipts(self, data: st.DataObject) -> tuple[ReceiptRef, ...]:
         pool = self.issued[-8:] + [ReceiptRef(self.model.next_offset + 3, 1)]
@@ -300,8 +324,32 @@ class PartitionModelTest(RuleBasedStateMachine):
             r.status = "done"
 
         result = self.run(Ack(refs, self.now))
-        assert result == ReceiptsResult(self.model.settle(refs, self.now, done))
+        assert result == ReceiptsResult.of(self.model.settle(refs, self.now, done))
         self.acked |= {ref.offset for ref, o in zip(refs, result.outcomes, strict=True) if o == OK}
+
+    @precondition(lambda self: self.last_lease)
+    @rule(action=st.sampled_from(["ack", "nack", "nack_later", "extend", "end"]))
+    def settle_the_last_lease(self, action: str) -> None:
+        """Every receipt of the last Lease, in order: the runs a consumer sends."""
+        refs = self.last_lease
+        acts: dict[str, tuple[Command, Any]] = {
+            "ack": (Ack(refs, self.now), lambda r: setattr(r, "status", "done")),
+            "nack": (Nack(refs, 0, self.now), lambda r: self.model.nack(r, 0, self.now)),
+            "nack_later": (Nack(refs, 15, self.now), lambda r: self.model.nack(r, 15, self.now)),
+            "extend": (ChangeVisibility(refs, 60, self.now), self._extend(60)),
+            "end": (ChangeVisibility(refs, 0, self.now), self._extend(0)),
+        }
+        cmd, change = acts[action]
+        result = self.run(cmd)
+        assert result == ReceiptsResult.of(self.model.settle(refs, self.now, change))
+        if action == "ack":
+            self.acked |= {r.offset for r, o in zip(refs, result.outcomes, strict=True) if o == OK}
+
+    def _extend(self, visibility: int) -> Any:
+        def change(r: Rec) -> None:
+            r.status, r.at = "leased", self.now + visibility
+
+        return change
 
     @precondition(lambda self: self.issued)
     @rule(data=st.data(), delay=st.sampled_from([0, 0, 15]))
@@ -309,7 +357,7 @@ class PartitionModelTest(RuleBasedStateMachine):
         refs = self._receipts(data)
         result = self.run(Nack(refs, delay, self.now))
         expected = self.model.settle(refs, self.now, lambda r: self.model.nack(r, delay, self.now))
-        assert result == ReceiptsResult(expected)
+        assert result == ReceiptsResult.of(expected)
 
     @precondition(lambda self: self.issued)
     @rule(data=st.data(), visibility=st.sampled_from([0, 10, 60]))
@@ -320,7 +368,7 @@ class PartitionModelTest(RuleBasedStateMachine):
             r.status, r.at = "leased", self.now + visibility
 
         result = self.run(ChangeVisibility(refs, visibility, self.now))
-        assert result == ReceiptsResult(self.model.settle(refs, self.now, change))
+        assert result == ReceiptsResult.of(self.model.settle(refs, self.now, change))
 
     @rule(ms=st.sampled_from([0, 1, 5, 10, 25, 100, 400]))
     def advance_clock(self, ms: int) -> None:
@@ -359,6 +407,35 @@ class PartitionModelTest(RuleBasedStateMachine):
         m.recs.clear()
         m.earliest = m.next_offset
 
+    @rule(data=st.data())
+    def read_from_any_offset(self, data: st.DataObject) -> None:
+        """Reads by offset find the segment holding it: at segment boundaries,
+        inside a partly trimmed one, below earliest and past the end."""
+        m = self.model
+        offset = data.draw(st.integers(max(m.earliest - 2, 0), m.next_offset + 1))
+        n = data.draw(st.integers(0, 5))
+        max_bytes = data.draw(st.sampled_from([None, 0, 3, 8]))
+        with self.replicas[1].begin() as txn:
+            got = self.machine.read(txn, offset, n, max_bytes)
+        want: list[int] = []
+        total = 0
+        for o in range(offset, m.next_offset) if m.earliest <= offset else ():
+            total += len(m.recs[o].rec.body)
+            if len(want) >= n or (want and max_bytes is not None and total > max_bytes):
+                break
+            want.append(o)
+        assert [r.offset for r in got.records] == want
+        for r in got.records:
+            rec = m.recs[r.offset]
+            assert (r.body, r.key, r.headers, r.dedup_id, r.timestamp_ms) == (
+                rec.rec.body,
+                rec.rec.key,
+                rec.rec.headers,
+                rec.rec.dedup_id,
+                rec.ts,
+            )
+        assert got.next_offset == (want[-1] + 1 if want else offset)
+
     @rule(group=st.sampled_from(["g", "h"]), offset=st.integers(0, 20), reset=st.booleans())
     def commit_offset(self, group: str, offset: int, reset: bool) -> None:
         old = self.model.groups.get(group)
@@ -367,12 +444,28 @@ class PartitionModelTest(RuleBasedStateMachine):
         assert self.run(CommitOffset(group, offset, reset)) == stored
 
     def _check_dedup_table(self) -> None:
-        """After Expire, exactly the dedup entries still inside their window remain."""
-        window = self.model.cfg.dedup_window_ms
-        live = {e for e in self.model.dedup.values() if self.model.clock - e[1] < window}
+        """After Expire, exactly the dedup entries still inside their window
+        remain: per dedup id, and per request id (with the Append's offsets)."""
+        m = self.model
+        window = m.cfg.dedup_window_ms
+        live = {e for e in m.dedup.values() if m.clock - e[1] < window}
+        live_requests = {
+            (b"\xfe" + rid, ts, offsets)
+            for rid, (offsets, ts) in m.requests.items()
+            if m.clock - ts < window
+        }
+        stored, requests = set(), set()
         with self.replicas[0].begin() as txn:
-            stored = {unpack_pair(v) for _, v in txn.scan(DEDUP)}
+            for key, value in txn.scan(DEDUP):
+                if key.startswith(b"\xfe"):
+                    first, ts = unpack_pair(value[:16])
+                    count = int.from_bytes(value[16:20], "big")
+                    listed = struct.unpack(f">{count}Q", value[20:]) if value[20:] else None
+                    requests.add((key, ts, listed or tuple(range(first, first + count))))
+                else:
+                    stored.add(unpack_pair(value))
         assert stored == live
+        assert requests == live_requests
 
     @invariant()
     def log_and_counters_match_the_model(self) -> None:
@@ -393,25 +486,42 @@ class PartitionModelTest(RuleBasedStateMachine):
         assert offsets == m.groups
 
     @invariant()
-    def index_tables_and_counters_agree_with_a_recount(self) -> None:
+    def segments_runs_index_tables_and_counters_agree_with_a_recount(self) -> None:
         with self.replicas[0].begin() as txn:
             c = load_counters(txn)
-            states = {int_of(k): Delivery.unpack(v) for k, v in txn.scan(DELIVERY)}
-            offsets = [int_of(k) for k, _ in txn.scan(RECORDS)]
-            tables = {t: txn.count(t) for t in (TIMERS, READY, BLOCKED, DEAD)}
-        by_status = Counter(d.status for d in states.values())
-        assert offsets == list(range(c.earliest, c.next_offset))
-        assert all(c.earliest <= o < c.cursor for o in states)
-        assert (c.leased, c.waiting, c.dead) == tuple(
-            by_status[s] for s in (Status.LEASED, Status.WAITING, Status.DEAD)
+            runs = [(int_of(k), Run.unpack(v)) for k, v in txn.scan(DELIVERY)]
+            segments = [Segment(int_of(k), v) for k, v in txn.scan(RECORDS)]
+            index = {t: [k for k, _ in txn.scan(t)] for t in (TIMERS, READY, BLOCKED, DEAD)}
+        # The log: segments back to back, the first one possibly trimmed in part.
+        held = [o for seg in segments for o in range(seg.base, seg.end)]
+        assert held[held.index(c.earliest) if held else 0 :] == list(
+            range(c.earliest, c.next_offset)
         )
-        assert tables == {
-            TIMERS: c.leased + c.waiting,
-            READY: by_status[Status.READY],
-            BLOCKED: by_status[Status.BLOCKED],
-            DEAD: c.dead,
+        assert not segments or segments[0].base <= c.earliest < segments[0].end
+        # Runs: disjoint, inside [earliest, cursor), merged when they could be.
+        in_runs = [o for start, run in runs for o in range(start, start + run.length)]
+        assert len(in_runs) == len(set(in_runs))
+        assert all(c.earliest <= o < c.cursor for o in in_runs)
+        for (a, ra), (b, rb) in itertools.pairwise(runs):
+            if a + ra.length == b and Status.BLOCKED not in (ra.status, rb.status):
+                assert not ra.same_state(rb), (a, ra, b, rb)
+        records = Counter()
+        for _, run in runs:
+            records[run.status] += run.length
+        assert (c.leased, c.waiting, c.dead) == tuple(
+            records[s] for s in (Status.LEASED, Status.WAITING, Status.DEAD)
+        )
+        timed = (Status.LEASED, Status.WAITING)
+        assert index == {
+            TIMERS: sorted(pair_key(r.at_ms, s) for s, r in runs if r.status in timed),
+            READY: [u64(s) for s, r in runs if r.status == Status.READY],
+            BLOCKED: index[BLOCKED],
+            DEAD: [u64(s) for s, r in runs if r.status == Status.DEAD],
         }
-        assert c.done == sum(1 for o in offsets if o < c.cursor and o not in states)
+        blocked = sorted(s for s, r in runs if r.status == Status.BLOCKED)
+        assert sorted(int_of(k[-8:]) for k in index[BLOCKED]) == blocked
+        assert all(r.length == 1 for _, r in runs if r.status == Status.BLOCKED)
+        assert c.done == c.cursor - c.earliest - len(in_runs)
 
     @invariant()
     def history_and_oldest_timestamp_match_the_model(self) -> None:

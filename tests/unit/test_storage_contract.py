@@ -114,6 +114,27 @@ def test_reverse_scan_is_descending_within_the_same_range(store: LogStore) -> No
     assert items(store, "records", start=k(7), stop=k(9), reverse=True) == [(k(8), b"v8")]
 
 
+def test_floor_is_the_greatest_key_at_or_below(store: LogStore) -> None:
+    fill(store, "records", range(10, 50, 10))
+    with store.begin() as txn:
+        assert txn.floor("records", k(9)) is None
+        assert txn.floor("records", k(10)) == (k(10), b"v10")
+        assert txn.floor("records", k(29)) == (k(20), b"v20")
+        assert txn.floor("records", k(40)) == (k(40), b"v40")
+        assert txn.floor("records", k(99)) == (k(40), b"v40")
+        assert txn.floor("records", b"\xff" * 9) == (k(40), b"v40")  # past every key
+        assert txn.floor("leases", k(5)) is None  # empty table
+
+
+def test_floor_sees_the_txn_own_writes(store: LogStore) -> None:
+    fill(store, "records", range(10, 30, 10))
+    with store.begin(write=True) as txn:
+        txn.put("records", k(15), b"new")
+        txn.delete("records", k(10))
+        assert txn.floor("records", k(17)) == (k(15), b"new")
+        assert txn.floor("records", k(12)) is None
+
+
 def test_scan_of_empty_table(store: LogStore) -> None:
     assert items(store, "leases") == []
     assert items(store, "leases", reverse=True) == []
@@ -299,8 +320,10 @@ def test_store_matches_a_dict_model(
             expected = sorted((key, v) for key, v in model.items() if lo <= key < hi)
             assert items(store, "records", start=lo, stop=hi) == expected
             assert items(store, "records", start=lo, stop=hi, reverse=True) == expected[::-1]
+            at_or_below = [(key, v) for key, v in sorted(model.items()) if key <= hi]
             with store.begin() as txn:
                 assert txn.count("records") == len(model)
+                assert txn.floor("records", hi) == (at_or_below[-1] if at_or_below else None)
         finally:
             store.close()
 

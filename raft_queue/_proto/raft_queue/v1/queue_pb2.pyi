@@ -198,18 +198,38 @@ class PurgeQueueResponse(_message.Message):
     def __init__(self, removed: _Optional[int] = ...) -> None: ...
 
 class SendRequest(_message.Message):
-    __slots__ = ("queue", "entries")
+    __slots__ = ("queue", "entries", "request_id", "results_as_runs")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_AS_RUNS_FIELD_NUMBER: _ClassVar[int]
     queue: str
     entries: _containers.RepeatedCompositeFieldContainer[SendEntry]
-    def __init__(self, queue: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[SendEntry, _Mapping]]] = ...) -> None: ...
+    request_id: bytes
+    results_as_runs: bool
+    def __init__(self, queue: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[SendEntry, _Mapping]]] = ..., request_id: _Optional[bytes] = ..., results_as_runs: _Optional[bool] = ...) -> None: ...
+
+class SendRun(_message.Message):
+    __slots__ = ("partition", "offset", "count", "duplicate", "durability")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    DURABILITY_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    offset: int
+    count: int
+    duplicate: bool
+    durability: Durability
+    def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ..., count: _Optional[int] = ..., duplicate: _Optional[bool] = ..., durability: _Optional[_Union[Durability, str]] = ...) -> None: ...
 
 class SendResponse(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "runs")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[SendResult]
-    def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ...) -> None: ...
+    runs: _containers.RepeatedCompositeFieldContainer[SendRun]
+    def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ..., runs: _Optional[_Iterable[_Union[SendRun, _Mapping]]] = ...) -> None: ...
 
 class ReceiveRequest(_message.Message):
     __slots__ = ("queue", "max_messages", "visibility_ms", "wait_ms", "consumer")
@@ -242,38 +262,48 @@ class ReceiptResult(_message.Message):
     def __init__(self, receipt: _Optional[str] = ..., ok: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
 
 class AckRequest(_message.Message):
-    __slots__ = ("queue", "receipts")
+    __slots__ = ("queue", "receipts", "failures_only")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     RECEIPTS_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_ONLY_FIELD_NUMBER: _ClassVar[int]
     queue: str
     receipts: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, queue: _Optional[str] = ..., receipts: _Optional[_Iterable[str]] = ...) -> None: ...
+    failures_only: bool
+    def __init__(self, queue: _Optional[str] = ..., receipts: _Optional[_Iterable[str]] = ..., failures_only: _Optional[bool] = ...) -> None: ...
 
 class NackRequest(_message.Message):
-    __slots__ = ("queue", "receipts", "delay_ms")
+    __slots__ = ("queue", "receipts", "delay_ms", "failures_only")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     RECEIPTS_FIELD_NUMBER: _ClassVar[int]
     DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_ONLY_FIELD_NUMBER: _ClassVar[int]
     queue: str
     receipts: _containers.RepeatedScalarFieldContainer[str]
     delay_ms: int
-    def __init__(self, queue: _Optional[str] = ..., receipts: _Optional[_Iterable[str]] = ..., delay_ms: _Optional[int] = ...) -> None: ...
+    failures_only: bool
+    def __init__(self, queue: _Optional[str] = ..., receipts: _Optional[_Iterable[str]] = ..., delay_ms: _Optional[int] = ..., failures_only: _Optional[bool] = ...) -> None: ...
 
 class ChangeVisibilityRequest(_message.Message):
-    __slots__ = ("queue", "receipts", "visibility_ms")
+    __slots__ = ("queue", "receipts", "visibility_ms", "failures_only")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     RECEIPTS_FIELD_NUMBER: _ClassVar[int]
     VISIBILITY_MS_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_ONLY_FIELD_NUMBER: _ClassVar[int]
     queue: str
     receipts: _containers.RepeatedScalarFieldContainer[str]
     visibility_ms: int
-    def __init__(self, queue: _Optional[str] = ..., receipts: _Optional[_Iterable[str]] = ..., visibility_ms: _Optional[int] = ...) -> None: ...
+    failures_only: bool
+    def __init__(self, queue: _Optional[str] = ..., receipts: _Optional[_Iterable[str]] = ..., visibility_ms: _Optional[int] = ..., failures_only: _Optional[bool] = ...) -> None: ...
 
 class ReceiptsResponse(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "failed", "failures_only")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_ONLY_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[ReceiptResult]
-    def __init__(self, results: _Optional[_Iterable[_Union[ReceiptResult, _Mapping]]] = ...) -> None: ...
+    failed: _containers.RepeatedScalarFieldContainer[int]
+    failures_only: bool
+    def __init__(self, results: _Optional[_Iterable[_Union[ReceiptResult, _Mapping]]] = ..., failed: _Optional[_Iterable[int]] = ..., failures_only: _Optional[bool] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
     __slots__ = ("queue", "partition", "offset", "max_messages", "wait_ms", "timestamp_ms")

@@ -1,0 +1,151 @@
+"""The leader's conversions between protobuf and the partition machine
+(``server/convert.py``): no sockets, a MemoryStore machine where needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from raft_queue import errors
+from raft_queue._proto.raft_queue.v1 import queue_pb2
+from raft_queue.config import QueueSpec
+from raft_queue.core.codec import encode
+from raft_queue.core.commands import Append, AppendBlobs, Lease, NewRecord, ReceiptRun
+from raft_queue.core.partition import PartitionMachine
+from raft_queue.core.results import LeaseResult
+from raft_queue.core.segments import summarize
+from raft_queue.server import convert
+from raft_queue.storage import MemoryStore
+
+ENTRIES = [
+    queue_pb2.SendEntry(body=b"plain"),
+    queue_pb2.SendEntry(body=b"keyed", key="k"),
+    queue_pb2.SendEntry(body=b"id", dedup_id="d-1"),
+    queue_pb2.SendEntry(body=b"late", delay_ms=50),
+    queue_pb2.SendEntry(body=b"h", headers={"a": b"1"}),
+]
+
+
+@pytest.mark.parametrize("picked", [[0], [0, 1, 2], [0, 3], [4, 0], [0, 1, 2, 3, 4]])
+def test_record_blobs_come_with_their_own_summary(picked: list[int]) -> None:
+    blobs, summary = convert.record_blobs(ENTRIES, picked, QueueSpec())
+    assert summary == summarize(blobs)
+    records = tuple(convert.new_record(i, ENTRIES[i], QueueSpec()) for i in picked)
+    assert encode(AppendBlobs(blobs, 1, b"r", summary)) == encode(Append(records, 1, b"r"))
+
+
+def _leased(records: list[NewRecord], n: int) -> LeaseResult:
+    machine, store = PartitionMachine(), MemoryStore(PartitionMachine.TABLES)
+    with store.begin(write=True) as txn:
+        machine.apply(txn, Append(tuple(records[:2]), 1))
+        machine.apply(txn, Append(tuple(records[2:]), 2))
+        machine.apply(txn, Lease("c", 1, 0, 3))  # the first record is not in the result
+        result = machine.apply(txn, Lease("c", n, 0, 4))
+    assert isinstance(result, LeaseResult)
+    return result
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_lease_messages_are_the_leased_records_with_their_receipts(keyed: bool) -> None:
+    extra = {"key": "k", "headers": (("h", b"v"),)} if keyed else {}
+    records = [NewRecord(b"r%d" % i, dedup_id=f"d{i}" if keyed else "", **extra) for i in range(5)]
+    result = _leased(records, 3)
+    got = convert.lease_messages("q", 2, 77, result)
+    want = [
+        convert.message_pb(
+            "q", 2, m.record, convert.encode_receipt(77, 2, m.record.offset, 1), m.receive_count
+        )
+        for m in result.messages
+    ]
+    assert got == want
+    assert [m.offset for m in got] == [1, 2, 3]  # across the two appends' segments
+    assert got[0].receipt == "77:2:1:1" and got[0].body == b"r1"
+
+
+def test_receipts_group_by_partition_as_runs_in_request_order() -> None:
+    receipts = ["9:0:5:1", "9:1:7:2", "9:0:6:1", "9:0:8:1", "9:0:3:1", "9:0:4:1", "9:0:4:1"]
+    by_part = convert.receipts_by_partition(receipts, 9, 2)
+    assert by_part[0].indexes == [0, 2, 3, 4, 5, 6]
+    assert by_part[0].runs() == (
+        ReceiptRun(5, 2, 1),
+        ReceiptRun(8, 1, 1),
+        ReceiptRun(3, 2, 1),
+        ReceiptRun(4, 1, 1),  # a repeat is its own run: it settles after the first
+    )
+    assert by_part[1].runs() == (ReceiptRun(7, 1, 2),)
+
+
+def test_one_lease_of_receipts_is_one_run_and_odd_lists_parse_as_one_by_one() -> None:
+    lease = [f"9:1:{o}:3" for o in range(100, 1100)]
+    (entry,) = convert.receipts_by_partition(lease, 9, 2).values()
+    assert entry.indexes == list(range(1000)) and entry.runs() == (ReceiptRun(100, 1000, 3),)
+    mixed = ["9:1:5:3", "9:1:6:3", "9:1:6:3", "9:1:9:4"]
+    (entry,) = convert.receipts_by_partition(mixed, 9, 2).values()
+    assert entry.indexes == [0, 1, 2, 3]
+    assert entry.runs() == (ReceiptRun(5, 2, 3), ReceiptRun(6, 1, 3), ReceiptRun(9, 1, 4))
+    # Two malformed receipts whose parts add up to 8 fields are still refused.
+    with pytest.raises(errors.InvalidArgument) as info:
+        convert.receipts_by_partition(["9:0:1:1:9", "0:2:1"], 9, 2)
+    assert info.value.field == "receipts[0]"
+
+
+@pytest.mark.parametrize(
+    ("receipt", "why"),
+    [
+        ("9:0:5", "not a receipt"),
+        ("9:0:x:1", "not a receipt"),
+        ("8:0:5:1", "another queue"),
+        ("9:2:5:1", "no partition"),
+        ("9:0:5:0", "not a receipt"),
+        ("9:0:-1:1", "not a receipt"),
+    ],
+)
+def test_a_bad_receipt_is_invalid_argument_naming_it(receipt: str, why: str) -> None:
+    with pytest.raises(errors.InvalidArgument, match=why) as info:
+        convert.receipts_by_partition(["9:0:1:1", receipt], 9, 2)
+    assert info.value.field == "receipts[1]"
+
+
+def test_request_ids_are_bounded() -> None:
+    assert convert.check_request_id(b"x" * 64) == b"x" * 64
+    with pytest.raises(errors.InvalidArgument) as info:
+        convert.check_request_id(b"x" * 65)
+    assert info.value.field == "request_id"
+
+
+def test_receipts_response_in_full_or_failures_only() -> None:
+    from raft_queue.server.receiving import receipts_response
+
+    forwarded_ok = queue_pb2.ReceiptResult(receipt="r2", ok=True)
+    forwarded_bad = queue_pb2.ReceiptResult(receipt="r3", ok=False, error="x")
+    results = ["ok", "stale", forwarded_ok, forwarded_bad, "not_found"]
+    request = queue_pb2.AckRequest(queue="q", receipts=["r0", "r1", "r2", "r3", "r4"])
+    full = receipts_response(request, results)
+    assert [(r.receipt, r.ok) for r in full.results] == [
+        ("r0", True),
+        ("r1", False),
+        ("r2", True),
+        ("r3", False),
+        ("r4", False),
+    ]
+    assert not full.failures_only and "stale" in full.results[1].error
+    request.failures_only = True
+    short = receipts_response(request, results)
+    assert short.failures_only and list(short.failed) == [1, 3, 4]
+    assert [r.receipt for r in short.results] == ["r1", "r3", "r4"]
+    assert short.results[1] == forwarded_bad
+
+
+def test_send_response_as_runs_merges_consecutive_offsets_only() -> None:
+    from raft_queue.server.sending import response
+
+    fsync = queue_pb2.DURABILITY_FSYNC
+    forwarded = queue_pb2.SendResult(partition=1, offset=9, duplicate=False, durability=fsync)
+    results = [(0, 5, False, fsync), (0, 6, False, fsync), forwarded, (0, 7, False, fsync)]
+    results += [(0, 7, True, fsync), (0, 8, True, fsync), (0, 8, True, fsync)]
+    runs = [(r.partition, r.offset, r.count, r.duplicate) for r in response(results, True).runs]
+    assert runs == [(0, 5, 2, False), (1, 9, 1, False), (0, 7, 1, False), (0, 7, 2, True)] + [
+        (0, 8, 1, True)
+    ]
+    full = response(results)
+    assert [(r.partition, r.offset) for r in full.results][:3] == [(0, 5), (0, 6), (1, 9)]
+    assert not full.runs
