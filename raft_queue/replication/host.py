@@ -11,6 +11,14 @@ an idle follower costs nothing between its leader's heartbeats (answered from
 the message handler without a tick) and the driver's work per loop does not
 grow with the number of groups.
 
+A timer that pops is first asked again (``next_deadline``): a follower's
+election deadline that heartbeats pushed back, or a quiet leader, costs a heap
+operation instead of a tick.
+
+With ``heartbeat_s``, the driver also runs the node's coalesced heartbeat
+round every ``heartbeat_s`` (heartbeats.py): quiet leaders are heartbeated in
+one message per other node instead of one per group per follower.
+
 Thread contract: groups are created, ticked and destroyed on the driver thread
 only (``call()`` runs a function there). Other threads may only submit
 commands (``Group.submit``), which wakes the driver through a pipe.
@@ -29,6 +37,8 @@ from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
 from pysyncobj.poller import POLL_EVENT_TYPE, createPoller
+
+from raft_queue.replication.heartbeats import Heartbeats
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +63,17 @@ class RaftHost:
     """``idle_tick_s``: timer slack. A timer wake-up also ticks every group due
     within this much after the first, so timers cost at most about
     1 / idle_tick_s wake-ups a second however many groups there are; a group
-    is ticked up to this late, never early."""
+    is ticked up to this late, never early. ``heartbeat_s``: period of the
+    coalesced heartbeat round (None: every group heartbeats on its own)."""
 
-    def __init__(self, idle_tick_s: float = 0.05, name: str = "raft-driver") -> None:
+    def __init__(
+        self, idle_tick_s: float = 0.05, name: str = "raft-driver", heartbeat_s: float | None = None
+    ) -> None:
         self.poller = createPoller("poll")
         self.idle_tick_s = idle_tick_s
         self._groups: dict[str, Tickable] = {}
+        self._by_address: dict[str, Tickable] = {}  # Raft address -> group
+        self.heartbeats = Heartbeats(self._by_address, heartbeat_s) if heartbeat_s else None
         self._due: dict[str, float] = {}  # key -> the deadline its heap entry holds
         self._heap: list[tuple[float, str]] = []
         self._active: set[str] = set()
@@ -128,6 +143,11 @@ class RaftHost:
     def add(self, group: Tickable) -> None:
         self._groups[group.key] = group
         self._active.add(group.key)
+        address = _raft_address(group)
+        if address:
+            self._by_address[address] = group
+            if self.heartbeats is not None:
+                group.heartbeat_mux = self.heartbeats  # type: ignore[attr-defined]
 
     def remove(self, key: str) -> None:
         self._remove(key)
@@ -136,6 +156,9 @@ class RaftHost:
         self._due.pop(key, None)  # its heap entries are skipped from now on
         group = self._groups.pop(key, None)
         if group is not None:
+            address = _raft_address(group)
+            if address and self._by_address.get(address) is group:
+                del self._by_address[address]
             try:
                 group.close()
             except Exception:
@@ -164,20 +187,62 @@ class RaftHost:
                 time.sleep(0.01)
             self._run_calls()
             self._flush_only()
+            beat = self._heartbeat_round()
             with self._active_lock:
                 active, self._active = self._active, set()
-            self._tick(active | self._pop_due(time.monotonic()))
+            active |= beat
+            due = self._pop_due(time.monotonic())
+            self._tick(active | self._still_due(due - active))
         os.close(self._wake_r)
         os.close(self._wake_w)
 
     def _poll_timeout(self) -> float:
         if self._active or self._calls or self._flush:
             return 0.0
-        if not self._heap:
-            return 1.0
-        # Late by up to the slack, never early: everything due by then is
-        # ticked in one wake-up.
-        return max(0.0, self._heap[0][0] + self.idle_tick_s - time.monotonic())
+        now = time.monotonic()
+        until = 1.0
+        if self._heap:
+            # Late by up to the slack, never early: everything due by then is
+            # ticked in one wake-up.
+            until = self._heap[0][0] + self.idle_tick_s - now
+        if self.heartbeats is not None:
+            until = min(until, self.heartbeats.next_round - now)
+        return max(0.0, until)
+
+    def _heartbeat_round(self) -> set[str]:
+        """The coalesced heartbeats, when due; the groups to tick (their own
+        heartbeat is due, or a quiet leader lost quorum contact)."""
+        hb = self.heartbeats
+        now = time.monotonic()
+        marked: set[str] = set()
+        if hb is None or now < hb.next_round:
+            return marked
+        hb.next_round = now + hb.period_s
+        try:
+            hb.round(list(self._groups.values()), marked.add)
+        except Exception:
+            log.exception("heartbeat round failed")
+        return marked
+
+    def _still_due(self, keys: set[str]) -> set[str]:
+        """Of the groups whose timer popped, those that still need a tick now;
+        the others are put back at their new deadline."""
+        now = time.monotonic()
+        due: set[str] = set()
+        for key in keys:
+            group = self._groups.get(key)
+            if group is None:
+                continue
+            try:
+                at = group.next_deadline(now)
+            except Exception:
+                log.exception("next_deadline failed for %s", key)
+                at = now
+            if at > now + self.idle_tick_s:  # not within the slack: not due
+                self._push(key, at)
+            else:
+                due.add(key)
+        return due
 
     def _pop_due(self, now: float) -> set[str]:
         """Keys whose timer is due (within the slack), removed from the heap."""
@@ -198,6 +263,9 @@ class RaftHost:
         except Exception:
             log.exception("next_deadline failed for %s", key)
             at = time.monotonic() + self.idle_tick_s
+        self._push(key, at)
+
+    def _push(self, key: str, at: float) -> None:
         if self._due.get(key) == at:
             return
         self._due[key] = at
@@ -247,3 +315,8 @@ def _run_into(fn: Callable[[], T], fut: Future[T]) -> None:
         fut.set_result(fn())
     except BaseException as exc:  # handed to the caller through the future
         fut.set_exception(exc)
+
+
+def _raft_address(group: Any) -> str:
+    node = getattr(group, "selfNode", None)
+    return str(getattr(node, "address", "") or "")

@@ -66,7 +66,10 @@ class Node:
         self._dial = dial
         tuning = config.raft
         self.election_s = (tuning.election_timeout_min_s, tuning.election_timeout_max_s)
-        self.host = RaftHost(idle_tick_s=tuning.tick_period_s)
+        self.host = RaftHost(
+            idle_tick_s=tuning.tick_period_s,
+            heartbeat_s=tuning.heartbeat_period_s if tuning.coalesce_heartbeats else None,
+        )
         self.controllers = _parse_controllers(config.controllers)
         self.view = meta.MetadataMachine()
         self.metadata: MetadataReplica | None = None
@@ -145,14 +148,22 @@ class Node:
         if view.version < self.view.version:
             return
         self.metadata_joining = False
-        self.view = view
+        self._publish(view)
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._changed.set)
 
     def adopt_view(self, view: meta.MetadataMachine) -> None:
         """A non-voter's new metadata copy (asyncio thread; metadata_follower.py)."""
-        self.view = view
+        self._publish(view)
         self._changed.set()
+
+    def _publish(self, view: meta.MetadataMachine) -> None:
+        self.view = view
+        if self.host.heartbeats is not None:
+            # Which node hosts each Raft address: heartbeats are coalesced per node.
+            peers = self.raft_address_to_node()
+            peers.update({a: nid for nid, a in self.controller_addresses().items()})
+            self.host.heartbeats.set_peers(peers)
 
     # ---- metadata ------------------------------------------------------------------------
     def metadata_leader_id(self) -> str | None:
