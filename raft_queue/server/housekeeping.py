@@ -44,6 +44,7 @@ DLQ_HEADER = "raftq-dlq-"
 class _Seen:
     applied: int  # replica.applied_entries after our last Expire
     at: float  # monotonic time of that Expire
+    changed: float  # monotonic time we last saw entries other than our Expires
 
 
 class Housekeeper:
@@ -76,21 +77,32 @@ class Housekeeper:
         res = await self.c.submit(replica, cmd.Expire(now_ms()))
         if res.dead:
             await self.move_dead(q, key.partition, replica, res.dead)
-        self._seen[key] = _Seen(replica.applied_entries, time.monotonic())
+        seen = self._seen[key]
+        seen.applied, seen.at = replica.applied_entries, time.monotonic()
 
     def _due(self, key: ReplicaKey, replica: PartitionReplica, spec: Any) -> bool:
         """Whether an Expire can change anything: dead records; retained
         records and either new entries since the last Expire or time-based
-        retention; else once every IDLE_EXPIRE_S (dedup ids age out)."""
+        retention; else once every IDLE_EXPIRE_S while dedup ids may still
+        age out: until a dedup window (plus two rounds) after the last entry
+        that was not our own Expire. A partition that never held a record
+        has nothing to expire (each Expire is a Raft entry: a journal sync
+        on every replica)."""
         stats = replica.stats(now_ms())
         if stats.dead:
             return True
-        seen = self._seen.setdefault(key, _Seen(-1, time.monotonic()))
+        now = time.monotonic()
+        seen = self._seen.setdefault(key, _Seen(-1, now, now))
+        if seen.applied != replica.applied_entries:
+            seen.changed = now
         if stats.latest_offset > stats.earliest_offset and (
             seen.applied != replica.applied_entries or spec.retention_ms
         ):
             return True
-        return time.monotonic() - seen.at >= IDLE_EXPIRE_S
+        if stats.latest_offset == 0:
+            return False
+        window_s = spec.dedup_window_ms / 1000 + 2 * IDLE_EXPIRE_S
+        return now - seen.at >= IDLE_EXPIRE_S and now - seen.changed < window_s
 
     async def move_dead(
         self, q: Any, part: int, replica: PartitionReplica, offsets: tuple[int, ...]
