@@ -30,13 +30,14 @@ import contextlib
 import heapq
 import logging
 import os
+import select
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
-from pysyncobj.poller import POLL_EVENT_TYPE, createPoller
+from pysyncobj.poller import POLL_EVENT_TYPE, Poller, createPoller
 
 from raft_queue.replication.heartbeats import Heartbeats
 
@@ -59,6 +60,64 @@ class Tickable(Protocol):
     def close(self) -> None: ...
 
 
+class EpollPoller(Poller):
+    """pysyncobj's PollPoller on epoll. poll(2) costs the kernel a visit to
+    every registered descriptor per call: with 256 replicas a node has ~800
+    (a listening socket per replica, a connection per peer), and the idle
+    profile spent 40 % of the driver thread in sock_poll/tcp_poll/fdget.
+    epoll's cost follows the ready descriptors only. Level-triggered and
+    with the same event bits, so pysyncobj's connections see what they saw."""
+
+    def __init__(self) -> None:
+        self._epoll = select.epoll()
+        self._callbacks: dict[int, Callable[[int, int], None]] = {}
+        self._registered: set[int] = set()
+
+    def subscribe(self, descr: int, callback: Callable[[int, int], None], eventMask: int) -> None:  # noqa: N803
+        mask = 0
+        if eventMask & POLL_EVENT_TYPE.READ:
+            mask |= select.EPOLLIN
+        if eventMask & POLL_EVENT_TYPE.WRITE:
+            mask |= select.EPOLLOUT
+        if eventMask & POLL_EVENT_TYPE.ERROR:
+            mask |= select.EPOLLERR
+        self._callbacks[descr] = callback
+        # Always a syscall (pysyncobj re-subscribes rarely: on connect and
+        # after a write event): a number closed without an unsubscribe left
+        # the epoll set, and may now be another socket's.
+        try:
+            self._epoll.modify(descr, mask)
+        except FileNotFoundError:
+            self._epoll.register(descr, mask)
+        self._registered.add(descr)
+
+    def unsubscribe(self, descr: int) -> None:
+        # pysyncobj closes a socket before unsubscribing it; closing already
+        # removed it from the epoll set (hence the ignored errors).
+        self._callbacks.pop(descr, None)
+        if descr in self._registered:
+            self._registered.discard(descr)
+            with contextlib.suppress(OSError):
+                self._epoll.unregister(descr)
+
+    def poll(self, timeout: float) -> None:
+        events = self._epoll.poll(timeout, 1024)
+        for descr, event in events:
+            mask = 0
+            if event & select.EPOLLIN:
+                mask |= POLL_EVENT_TYPE.READ
+            if event & select.EPOLLOUT:
+                mask |= POLL_EVENT_TYPE.WRITE
+            if event & (select.EPOLLERR | select.EPOLLHUP):
+                mask |= POLL_EVENT_TYPE.ERROR
+            callback = self._callbacks.get(descr)
+            if callback is not None:  # (PollPoller keeps stale ones; ours may be gone)
+                callback(descr, mask)
+
+    def close(self) -> None:
+        self._epoll.close()
+
+
 class RaftHost:
     """``idle_tick_s``: timer slack. A timer wake-up also ticks every group due
     within this much after the first, so timers cost at most about
@@ -69,7 +128,7 @@ class RaftHost:
     def __init__(
         self, idle_tick_s: float = 0.05, name: str = "raft-driver", heartbeat_s: float | None = None
     ) -> None:
-        self.poller = createPoller("poll")
+        self.poller = EpollPoller() if hasattr(select, "epoll") else createPoller("poll")
         self.idle_tick_s = idle_tick_s
         self._groups: dict[str, Tickable] = {}
         self._by_address: dict[str, Tickable] = {}  # Raft address -> group
@@ -195,6 +254,8 @@ class RaftHost:
             self._tick(active | self._still_due(due - active))
         os.close(self._wake_r)
         os.close(self._wake_w)
+        if isinstance(self.poller, EpollPoller):
+            self.poller.close()
 
     def _poll_timeout(self) -> float:
         if self._active or self._calls or self._flush:
