@@ -45,6 +45,10 @@ class _Seen:
     applied: int  # replica.applied_entries after our last Expire
     at: float  # monotonic time of that Expire
     changed: float  # monotonic time we last saw entries other than our Expires
+    # applied_entries when stats last showed an empty log without dead records,
+    # and its latest offset: until another entry applies, it is still so.
+    empty_at: int = -1
+    empty_latest: int = 0
 
 
 class Housekeeper:
@@ -87,19 +91,25 @@ class Housekeeper:
         age out: until a dedup window (plus two rounds) after the last entry
         that was not our own Expire. A partition that never held a record
         has nothing to expire (each Expire is a Raft entry: a journal sync
-        on every replica)."""
-        stats = replica.stats(now_ms())
-        if stats.dead:
-            return True
+        on every replica). An empty log is not read again until an entry
+        applies (an LMDB read per led partition per second otherwise)."""
         now = time.monotonic()
         seen = self._seen.setdefault(key, _Seen(-1, now, now))
-        if seen.applied != replica.applied_entries:
+        applied = replica.applied_entries
+        if seen.applied != applied:
             seen.changed = now
-        if stats.latest_offset > stats.earliest_offset and (
-            seen.applied != replica.applied_entries or spec.retention_ms
-        ):
-            return True
-        if stats.latest_offset == 0:
+        latest = seen.empty_latest
+        if seen.empty_at != applied:
+            stats = replica.stats(now_ms())
+            if stats.dead:
+                return True
+            latest = stats.latest_offset
+            if latest > stats.earliest_offset:
+                if seen.applied != applied or spec.retention_ms:
+                    return True
+            else:
+                seen.empty_at, seen.empty_latest = applied, latest
+        if latest == 0:
             return False
         window_s = spec.dedup_window_ms / 1000 + 2 * IDLE_EXPIRE_S
         return now - seen.at >= IDLE_EXPIRE_S and now - seen.changed < window_s
