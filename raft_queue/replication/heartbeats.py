@@ -77,9 +77,6 @@ class Heartbeats:
         self.next_round = 0.0
         self._peer_of: Mapping[str, str] = {}
         self._refused: dict[tuple[str, str], float] = {}
-        self.rounds = 0
-        self.items_sent = 0
-        self.batches_sent = 0
 
     def set_peers(self, peer_of: Mapping[str, str]) -> None:
         """Raft address -> id of the node hosting it (any thread; replaced whole)."""
@@ -130,7 +127,6 @@ class Heartbeats:
         leader without quorum contact is ticked too, so pysyncobj's leader
         fallback (hazard 5) steps it down on time."""
         now = monotonic_time()
-        self.rounds += 1
         batches: dict[str, list[tuple[Any, ...]]] = {}
         carriers: dict[str, list[tuple[Any, Any]]] = {}
         for group in groups:
@@ -155,7 +151,6 @@ class Heartbeats:
             group._SyncObj__newAppendEntriesTime = now + conf.appendEntriesPeriod
         for peer, items in batches.items():
             self._send(carriers[peer], {"type": BATCH, "items": items})
-            self.items_sent += len(items)
 
     def _send(self, carriers: list[tuple[Any, Any]], message: dict[str, Any]) -> None:
         tried: set[int] = set()
@@ -164,17 +159,19 @@ class Heartbeats:
                 continue
             tried.add(id(group))
             if group._SyncObj__transport.send(node, message):
-                self.batches_sent += 1
                 return
             if len(tried) >= CARRIER_TRIES:
                 return
 
     # ---- both sides: a batch or its ack arrived on ``carrier``'s connection ------------
     def receive(self, carrier: Any, node: Any, message: dict[str, Any]) -> None:
-        if message.get("type") == BATCH:
-            self._on_batch(carrier, node, message["items"])
-        else:
-            self._on_ack(message["acks"], message["refused"])
+        try:
+            if message.get("type") == BATCH:
+                self._on_batch(carrier, node, message["items"])
+            else:
+                self._on_ack(message["acks"], message["refused"])
+        except (KeyError, TypeError, ValueError):  # not ours: answer nothing
+            log.warning("malformed %s from %s", message.get("type"), node)
 
     def _on_batch(self, carrier: Any, node: Any, items: list[tuple[Any, ...]]) -> None:
         acks, refused = [], []

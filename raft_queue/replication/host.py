@@ -164,6 +164,14 @@ class RaftHost:
         self._stop.set()
         self.wake()
         self._thread.join(timeout_s)
+        if not self._thread.is_alive():
+            # Closed here, not by the driver: a wake() racing its exit would
+            # write to a closed (or reused) descriptor.
+            wake_w, self._wake_w = self._wake_w, -1  # later wake()s do nothing
+            os.close(wake_w)
+            os.close(self._wake_r)
+            if isinstance(self.poller, EpollPoller):
+                self.poller.close()
 
     def _close_all(self) -> None:
         for key in list(self._groups):
@@ -183,8 +191,10 @@ class RaftHost:
 
     def wake(self) -> None:
         # A full pipe means the driver is already due to wake.
-        with contextlib.suppress(BlockingIOError):
-            os.write(self._wake_w, b"x")
+        fd = self._wake_w
+        if fd >= 0:
+            with contextlib.suppress(BlockingIOError):
+                os.write(fd, b"x")
 
     def mark_active(self, key: str) -> None:
         """Tick ``key`` on the next loop (any thread)."""
@@ -252,10 +262,6 @@ class RaftHost:
             active |= beat
             due = self._pop_due(time.monotonic())
             self._tick(active | self._still_due(due - active))
-        os.close(self._wake_r)
-        os.close(self._wake_w)
-        if isinstance(self.poller, EpollPoller):
-            self.poller.close()
 
     def _poll_timeout(self) -> float:
         if self._active or self._calls or self._flush:

@@ -22,7 +22,7 @@ import pytest
 from raft_queue.replication import heartbeats
 from raft_queue.replication.host import RaftHost
 from raft_queue.replication.raft import make_conf
-from raft_queue.testing.cluster import free_port
+from raft_queue.testing.cluster import free_block
 from tests.integration.test_raft_leader_stepdown import NullGroup
 
 pytestmark = pytest.mark.integration
@@ -36,7 +36,11 @@ class Cluster:
     """hosts[h] holds groups[h][g], the replica of group g on host h."""
 
     def __init__(self, coalesce: bool = True) -> None:
-        self.addrs = [[f"127.0.0.1:{free_port()}" for _ in range(3)] for _ in range(GROUPS)]
+        # Below the ephemeral range (free_port's): other processes' outgoing
+        # connections take ephemeral ports, and pysyncobj blocks on a taken one.
+        base = free_block(3 * GROUPS + 1)
+        self.addrs = [[f"127.0.0.1:{base + 3 * g + h}" for h in range(3)] for g in range(GROUPS)]
+        self.spare = f"127.0.0.1:{base + 3 * GROUPS}"  # hosted nowhere
         self.hosts = [
             RaftHost(idle_tick_s=0.02, heartbeat_s=HEARTBEAT_S if coalesce else None)
             for _ in range(3)
@@ -215,7 +219,7 @@ def test_a_member_the_far_node_does_not_host_is_refused(cluster: Cluster) -> Non
     follower_host = (h + 1) % 3
     carrier = cluster.groups[follower_host][g]
     node = carrier._SyncObj__transport._nodeAddrToNode[cluster.addrs[g][h]]
-    ghost = f"127.0.0.1:{free_port()}"  # hosted nowhere
+    ghost = cluster.spare
     item = (cluster.addrs[g][h], ghost, 1, 1, 1, 1)
     cluster.on(
         follower_host,
