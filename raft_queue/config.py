@@ -83,7 +83,9 @@ class RaftTuning:
     Elections start after a random timeout in [min, max]; the leader sends
     heartbeats every ``heartbeat_period_s`` and steps down after
     ``leader_fallback_timeout_s`` without hearing from a quorum (so a
-    partitioned leader stops accepting writes).
+    partitioned leader stops accepting writes). ``coalesce_heartbeats``:
+    heartbeats of idle groups travel as one message per node pair per period
+    (replication/heartbeats.py) instead of one per group and follower.
     """
 
     election_timeout_min_s: float = 0.8
@@ -97,8 +99,11 @@ class RaftTuning:
     log_compaction_min_time_s: float = 300.0
     commands_queue_size: int = 100_000
     append_entries_batch_bytes: int = 1 * MIB
+    coalesce_heartbeats: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.coalesce_heartbeats, bool):
+            raise ConfigError("raft.coalesce_heartbeats", "must be true or false")
         for f in dataclasses.fields(self):
             if f.name.endswith("_s"):
                 _check_positive(f"raft.{f.name}", getattr(self, f.name))

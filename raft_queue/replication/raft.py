@@ -40,6 +40,7 @@ import os
 import pickle
 import shutil
 import struct
+import time
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -54,6 +55,7 @@ from pysyncobj.syncobj import _RAFT_STATE, FAIL_REASON
 from pysyncobj.tcp_connection import TcpConnection
 
 from raft_queue import errors
+from raft_queue.replication import heartbeats
 
 log = logging.getLogger(__name__)
 
@@ -392,8 +394,11 @@ def _write_journal(path: str, entries: list[Any], durable: bool) -> int:
     return offset
 
 
-# An idle group is ticked at least this often (see SafeSyncObj.next_deadline).
-MAX_IDLE_S = 1.0
+# An idle group is ticked at least this often (see SafeSyncObj.next_deadline):
+# log compaction by time (minutes) and reconnects need no more. Heartbeats,
+# elections, connection retries, messages and commands have their own
+# deadlines or wake the group at once.
+MAX_IDLE_S = 5.0
 
 # Bytes of entries per AppendEntries message (pysyncobj's default is 64 KiB;
 # an entry at least this long took its broken chunked path).
@@ -482,6 +487,9 @@ class SafeSyncObj(SyncObj):
         self._fsync = fsync
         self._journal_path = conf.journalFile
         self._loading_at_start = False
+        self._last_tick = time.monotonic()  # host clock; see next_deadline
+        # The host's coalesced heartbeats (heartbeats.Heartbeats), if enabled.
+        self.heartbeat_mux: Any = None
         super().__init__(self_address, peers, conf, nodeClass=node_factory)
         journal = SyncedJournal(self._SyncObj__raftLog, conf.journalFile, fsync)
         self._SyncObj__raftLog = journal
@@ -536,6 +544,7 @@ class SafeSyncObj(SyncObj):
     def tick(self) -> None:
         """One tick (driver thread). Errors are logged, never propagated: one bad
         group must not stop the driver of every other group."""
+        self._last_tick = time.monotonic()
         try:
             self._onTick(0.0)
         except Exception:
@@ -543,14 +552,16 @@ class SafeSyncObj(SyncObj):
 
     def next_deadline(self, now: float) -> float:
         """When this group next needs a tick if no message or command arrives
-        (driver thread, right after a tick): a leader at its next heartbeat
-        (which also re-checks quorum contact, hazard 5), a follower or
-        candidate at its election deadline, a group missing peers at the next
-        connection retry, and every group at least every ``MAX_IDLE_S`` (log
-        compaction by time). ``now`` if work is left over. ``now`` and the
-        result are on the caller's clock (time.monotonic); pysyncobj's own
-        clock can be offset from it (0.1 s measured), so its deadlines are
-        converted through their distance from pysyncobj's now."""
+        (driver thread; also asked when a timer pops, to skip ticks a
+        heartbeat made unnecessary): a leader at its next heartbeat (which
+        also re-checks quorum contact, hazard 5) unless it is quiet and the
+        host's coalesced heartbeats cover it (heartbeats.py), a follower or
+        candidate at its election deadline, a group missing peers a
+        connection retry after its last tick, and every group at least every
+        ``MAX_IDLE_S`` (log compaction by time). ``now`` if work is left over.
+        ``now`` and the result are on the caller's clock (time.monotonic);
+        pysyncobj's own clock can be offset from it (0.1 s measured), so its
+        deadlines are converted through their distance from pysyncobj's now."""
         if (
             self._pending_acks
             or self._SyncObj__raftCommitIndex > self._SyncObj__raftLastApplied
@@ -558,19 +569,27 @@ class SafeSyncObj(SyncObj):
         ):
             return now
         conf = self._SyncObj__conf
-        due = now + MAX_IDLE_S
+        due = self._last_tick + MAX_IDLE_S
         others = self._SyncObj__otherNodes
         connected = self._SyncObj__connectedNodes
         if not self._SyncObj__transport.ready or len(connected) < len(others):
-            due = min(due, now + conf.connectionRetryTime)
+            due = min(due, self._last_tick + conf.connectionRetryTime)
         to_host = now - float(monotonic_time())
         if self._SyncObj__raftState == _RAFT_STATE.LEADER:
+            mux = self.heartbeat_mux
+            if mux is not None and mux.quiet_peers(self) is not None:
+                return due
             return min(due, float(self._SyncObj__newAppendEntriesTime) + to_host)
         if self._SyncObj__selfNode is not None and (connected or not others):
             # Past only if no election could start (no peer): retry timer then.
             election = float(self._SyncObj__raftElectionDeadline) + to_host
             due = min(due, max(election, now + 0.001))
         return due
+
+    def _SyncObj__onNodeDisconnected(self, node: Any) -> None:  # noqa: N802
+        # Tick now: a group may sleep MAX_IDLE_S, and reconnecting is its job.
+        SyncObj._SyncObj__onNodeDisconnected(self, node)
+        self._on_activity()
 
     # ---- command submission (any thread) ------------------------------------------
     def _applyCommand(self, command: Any, callback: Any, commandType: Any = None) -> None:  # noqa: N803
@@ -748,6 +767,10 @@ class SafeSyncObj(SyncObj):
     # ---- hazard 1 (and 3 for followers) --------------------------------------------
     def _SyncObj__onMessageReceived(self, node: Any, message: dict[str, Any]) -> None:  # noqa: N802
         kind = message.get("type")
+        if kind in heartbeats.KINDS:  # for the host, on this group's connection
+            if self.heartbeat_mux is not None:
+                self.heartbeat_mux.receive(self, node, message)
+            return
         if (
             kind == "append_entries"
             and "transmission" in message

@@ -44,6 +44,11 @@ DLQ_HEADER = "raftq-dlq-"
 class _Seen:
     applied: int  # replica.applied_entries after our last Expire
     at: float  # monotonic time of that Expire
+    changed: float  # monotonic time we last saw entries other than our Expires
+    # applied_entries when stats last showed an empty log without dead records,
+    # and its latest offset: until another entry applies, it is still so.
+    empty_at: int = -1
+    empty_latest: int = 0
 
 
 class Housekeeper:
@@ -76,21 +81,38 @@ class Housekeeper:
         res = await self.c.submit(replica, cmd.Expire(now_ms()))
         if res.dead:
             await self.move_dead(q, key.partition, replica, res.dead)
-        self._seen[key] = _Seen(replica.applied_entries, time.monotonic())
+        seen = self._seen[key]
+        seen.applied, seen.at = replica.applied_entries, time.monotonic()
 
     def _due(self, key: ReplicaKey, replica: PartitionReplica, spec: Any) -> bool:
         """Whether an Expire can change anything: dead records; retained
         records and either new entries since the last Expire or time-based
-        retention; else once every IDLE_EXPIRE_S (dedup ids age out)."""
-        stats = replica.stats(now_ms())
-        if stats.dead:
-            return True
-        seen = self._seen.setdefault(key, _Seen(-1, time.monotonic()))
-        if stats.latest_offset > stats.earliest_offset and (
-            seen.applied != replica.applied_entries or spec.retention_ms
-        ):
-            return True
-        return time.monotonic() - seen.at >= IDLE_EXPIRE_S
+        retention; else once every IDLE_EXPIRE_S while dedup ids may still
+        age out: until a dedup window (plus two rounds) after the last entry
+        that was not our own Expire. A partition that never held a record
+        has nothing to expire (each Expire is a Raft entry: a journal sync
+        on every replica). An empty log is not read again until an entry
+        applies (an LMDB read per led partition per second otherwise)."""
+        now = time.monotonic()
+        seen = self._seen.setdefault(key, _Seen(-1, now, now))
+        applied = replica.applied_entries
+        if seen.applied != applied:
+            seen.changed = now
+        latest = seen.empty_latest
+        if seen.empty_at != applied:
+            stats = replica.stats(now_ms())
+            if stats.dead:
+                return True
+            latest = stats.latest_offset
+            if latest > stats.earliest_offset:
+                if seen.applied != applied or spec.retention_ms:
+                    return True
+            else:
+                seen.empty_at, seen.empty_latest = applied, latest
+        if latest == 0:
+            return False
+        window_s = spec.dedup_window_ms / 1000 + 2 * IDLE_EXPIRE_S
+        return now - seen.at >= IDLE_EXPIRE_S and now - seen.changed < window_s
 
     async def move_dead(
         self, q: Any, part: int, replica: PartitionReplica, offsets: tuple[int, ...]

@@ -163,6 +163,7 @@ def test_advertise_address_overrides_the_listen_address() -> None:
         ({"leader_fallback_timeout_s": 1.0}, "raft.leader_fallback_timeout_s"),
         ({"connection_timeout_s": 0}, "raft.connection_timeout_s"),
         ({"log_compaction_min_entries": 0}, "raft.log_compaction_min_entries"),
+        ({"coalesce_heartbeats": 1}, "raft.coalesce_heartbeats"),
     ],
 )
 def test_raft_tuning_rejects(changes: dict[str, Any], field: str) -> None:
