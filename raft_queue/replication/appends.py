@@ -44,6 +44,7 @@ class AppendEntriesFixes(SyncObj):
         conf = self._SyncObj__conf
         start = monotonic_time()
         self._SyncObj__newAppendEntriesTime = start + conf.appendEntriesPeriod
+        self._sent_round()
         raft_log = self._SyncObj__raftLog
         connected = self._SyncObj__connectedNodes
         next_index = self._SyncObj__raftNextIndex
@@ -215,7 +216,7 @@ class AppendEntriesFixes(SyncObj):
         self._merge_entries(entries)
         # Raft: acknowledge what this message proved, not our whole log.
         match = entries[-1][1] if entries else prev_idx
-        self._pending_acks.append((node, match + 1))
+        self._pending_acks.append((node, match + 1, self._SyncObj__raftCurrentTerm))
         # Only entries proven to match the leader's log may be committed.
         commit = min(leader_commit, match, self._SyncObj__getCurrentLogIndex())
         if commit > self._SyncObj__raftCommitIndex:

@@ -9,6 +9,8 @@ format (compaction). Which thread syncs, and when acks may follow, is
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import pickle
 import shutil
@@ -18,6 +20,8 @@ from typing import Any
 
 from pysyncobj import journal as journal_format
 from pysyncobj.journal import FileJournal, MetaStorer, ResizableFile
+
+log = logging.getLogger(__name__)
 
 # Test-only: with RAFTQ_POWERLOSS_COPY=1 every journal sync also leaves
 # "<journal>.synced", the journal exactly as synced, before any ack that sync
@@ -117,7 +121,17 @@ class SyncedJournal:
             inner._FileJournal__metaStorer = storer
             inner._FileJournal__meta = storer.getMeta()
             self._fd = os.open(path, os.O_RDONLY)
-        self.dirty = False
+        # Write sequence: every change of the file bumps ``written``; a sync
+        # covers the sequence it started at (``synced``: the highest covered
+        # by a completed sync). What the file held at open is not known to be
+        # on disk (a kill keeps the page cache): the first sync covers it.
+        self.written = 1
+        self.synced = 0
+        # The last log index a completed sync covers (entries after a
+        # truncation point are not covered, whatever their index).
+        self.durable_index = 0
+        self.inflight: SyncJob | None = None
+        self._copied = 0  # POWERLOSS_COPY: the write sequence of "<journal>.synced"
         self.syncs = 0
 
     def __getattr__(self, name: str) -> Any:
@@ -129,17 +143,40 @@ class SyncedJournal:
     def __len__(self) -> int:
         return len(self._inner)
 
+    @property
+    def entries(self) -> list[Any]:
+        """The (command, index, term) list itself (driver thread; read only)."""
+        inner = self._inner
+        if isinstance(inner, FileJournal):
+            return inner._FileJournal__journal  # type: ignore[no-any-return]
+        return inner._MemoryJournal__journal  # type: ignore[no-any-return]
+
+    @property
+    def dirty(self) -> bool:
+        """Written since the last completed sync began."""
+        return self.written > self.synced
+
     def add(self, command: bytes, idx: int, term: int) -> None:
         self._inner.add(command, idx, term)
-        self.dirty = True
+        self.written += 1
 
     def clear(self) -> None:
         self._inner.clear()
-        self.dirty = True
+        self._truncated()
 
     def deleteEntriesFrom(self, entryFrom: int) -> None:  # noqa: N802,N803
         self._inner.deleteEntriesFrom(entryFrom)
-        self.dirty = True
+        self._truncated()
+
+    def _truncated(self) -> None:
+        """Entries were cut from the end: neither a completed sync nor one in
+        flight covers an index past the new end (a later entry at such an
+        index is new data)."""
+        self.written += 1
+        last = self._inner[-1][1] if len(self._inner) else 0
+        self.durable_index = min(self.durable_index, last)
+        if self.inflight is not None:
+            self.inflight.last_index = min(self.inflight.last_index, last)
 
     def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802,N803
         """Drop the first ``entryTo`` entries. pysyncobj rewrites the journal in
@@ -147,10 +184,12 @@ class SyncedJournal:
         in the middle leaves a prefix of the kept entries, and after a power
         loss any mix of old and new pages. Instead write the kept entries to a
         new file, sync it, rename it over the journal and sync the directory:
-        a crash leaves the old journal or the new one."""
+        a crash leaves the old journal or the new one. A sync in flight holds
+        its own descriptor of the old file: harmless, the new file is synced
+        here with everything the old one had."""
         if self._fd is None:
             self._inner.deleteEntriesTo(entryTo)
-            self.dirty = True
+            self.written += 1
             return
         assert self._path is not None
         inner = self._inner
@@ -168,7 +207,7 @@ class SyncedJournal:
         inner._FileJournal__currentOffset = end
         os.close(self._fd)
         self._fd = os.open(self._path, os.O_RDONLY)
-        self.dirty = True  # a sync (and POWERLOSS_COPY) sees the new file
+        self.written += 1  # a sync (and POWERLOSS_COPY) sees the new file
 
     def onOneSecondTimer(self) -> None:  # noqa: N802
         """pysyncobj rewrites the meta file every second to store the commit
@@ -178,21 +217,73 @@ class SyncedJournal:
         write and an fdatasync per second per busy group; the meta is stored
         only when term or vote change."""
 
+    # ---- syncs ----------------------------------------------------------------------
+    # Inline (``sync``) or in two halves around an I/O thread (``begin_sync``
+    # on the driver thread, ``SyncJob.run`` on the I/O thread, ``end_sync``
+    # back on the driver thread). Either way ``synced`` and ``durable_index``
+    # move only once the data is on disk, and POWERLOSS_COPY's file is in
+    # place before they move (so before any ack they allow).
+
     def sync(self) -> bool:
-        """fdatasync the journal if written since the last sync; True if it did."""
+        """fdatasync the journal now if written since the last sync; True if it did."""
         if not self.dirty:
             return False
-        self.dirty = False
-        if self._enabled and self._fd is not None:
-            os.fdatasync(self._fd)  # releases the GIL (mmap.flush does not)
-            self.syncs += 1
-            if POWERLOSS_COPY and self._path:
-                tmp = f"{self._path}.synced.tmp"
-                shutil.copyfile(self._path, tmp)
-                os.replace(tmp, f"{self._path}.synced")  # atomic: a kill leaves old or new
+        job = self._job()
+        if job is not None:
+            job.run()
+            if job.error is not None:
+                raise job.error
+            self._finish(job)
         return True
 
+    def begin_sync(self) -> SyncJob | None:
+        """A sync of everything written so far to run on another thread, or
+        None if there is nothing to sync, one is already in flight (its
+        ``end_sync`` starts the next), or syncs are off (then what was
+        written counts as synced at once)."""
+        if self.inflight is not None or not self.dirty:
+            return None
+        job = self._job()
+        self.inflight = job
+        return job
+
+    def end_sync(self, job: SyncJob) -> None:
+        """Driver thread, after ``job.run()`` returned on the I/O thread."""
+        if self.inflight is job:
+            self.inflight = None
+        if job.error is None:
+            self._finish(job)
+        else:  # the next sync tries again; nothing it covered counts meanwhile
+            log.critical("journal sync of %s failed: %s", self._path, job.error)
+            if job.copy is not None:
+                _remove_quietly(job.copy)
+
+    def _job(self) -> SyncJob | None:
+        last = self._inner[-1][1] if len(self._inner) else 0
+        if not (self._enabled and self._fd is not None):
+            self.synced = self.written
+            self.durable_index = last
+            return None
+        copy = None
+        if POWERLOSS_COPY and self._path:
+            copy = f"{self._path}.synced.{self.written}.tmp"
+            shutil.copyfile(self._path, copy)  # the journal exactly as this sync covers it
+        return SyncJob(os.dup(self._fd), self.written, last, copy)
+
+    def _finish(self, job: SyncJob) -> None:
+        if job.copy is not None and self._path:
+            if job.seq > self._copied:
+                os.replace(job.copy, f"{self._path}.synced")  # atomic: old or new
+                self._copied = job.seq
+            else:
+                _remove_quietly(job.copy)
+        self.syncs += 1
+        self.synced = max(self.synced, job.seq)
+        self.durable_index = max(self.durable_index, job.last_index)
+
     def _destroy(self) -> None:
+        if self.inflight is not None and self.inflight.copy is not None:
+            _remove_quietly(self.inflight.copy)
         self._inner._destroy()
         storer = getattr(self._inner, "_FileJournal__metaStorer", None)
         if isinstance(storer, DurableMetaStorer):
@@ -200,6 +291,39 @@ class SyncedJournal:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+class SyncJob:
+    """One fdatasync of a journal: ``seq`` and ``last_index`` are what it
+    covers (the write sequence and last log index when it began; a
+    truncation meanwhile lowers ``last_index``). It owns ``fd`` (a dup of
+    the journal's descriptor, so compaction or close may replace or close
+    the journal's own meanwhile). ``copy``: POWERLOSS_COPY's snapshot of the
+    file taken when it began."""
+
+    __slots__ = ("copy", "error", "fd", "last_index", "seq")
+
+    def __init__(self, fd: int, seq: int, last_index: int, copy: str | None) -> None:
+        self.fd = fd
+        self.seq = seq
+        self.last_index = last_index
+        self.copy = copy
+        self.error: OSError | None = None
+
+    def run(self) -> None:
+        """The sync itself (any thread; releases the GIL). An error is kept in
+        ``error``: nothing it would have covered counts as synced."""
+        try:
+            os.fdatasync(self.fd)
+        except OSError as exc:
+            self.error = exc
+        finally:
+            os.close(self.fd)
+
+
+def _remove_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.remove(path)
 
 
 def _write_journal(path: str, entries: list[Any], durable: bool) -> int:

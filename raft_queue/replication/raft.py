@@ -9,13 +9,16 @@ against ``SafeSyncObj``.
 2. The log can never be emptied by compaction (``_SyncObj__deleteEntriesTo``
    keeps the last entry).
 3. The journal is synced before a follower acknowledges entries and before
-   the leader counts its own copy: followers queue their acks and
-   ``flush_durable()`` syncs once for the whole batch, then sends them; the
-   leader syncs at the start and end of every tick, so entries appended in a
-   tick are durable before any ack can be counted for them. Term and vote are
-   fsynced (file and directory) before a vote is sent; snapshots are durable
-   before the journal is compacted or cleared for them; compaction writes a
-   new journal file (see SyncedJournal).
+   the leader counts its own copy: followers queue their acks, and each
+   waits for a sync that covers what it claims (``flush_durable`` begins
+   one sync for everything written so far; entries written while it runs
+   wait for the next); the leader counts its copy only up to the journal's
+   synced index (ticks.py), so a commit needs any majority of synced
+   copies. With the host's I/O threads (syncs.py) the fdatasync runs off the
+   driver thread; without them (``syncer`` None) inline, as before. Term and
+   vote are fsynced (file and directory) before a vote is sent; snapshots
+   are durable before the journal is compacted or cleared for them;
+   compaction writes a new journal file (see journal.py).
 4. Waiters are never lost: ``_SyncObj__loadDumpFile`` resolves every callback
    waiting for an index the snapshot skipped with UNKNOWN_OUTCOME (our caller
    also bounds every wait with a timeout).
@@ -53,7 +56,9 @@ from pysyncobj.syncobj import _RAFT_STATE, FAIL_REASON
 
 from raft_queue import errors
 from raft_queue.replication.appends import AppendEntriesFixes
-from raft_queue.replication.journal import SyncedJournal, fsync_dir
+from raft_queue.replication.journal import SyncedJournal, SyncJob, fsync_dir
+from raft_queue.replication.syncs import SyncThreads
+from raft_queue.replication.ticks import TickFixes
 from raft_queue.replication.wire import ProxiedNode
 
 __all__ = ["ProxiedNode", "SafeSyncObj", "check_version", "fail_reason_error", "make_conf"]
@@ -170,12 +175,16 @@ def make_conf(
     )
 
 
-class SafeSyncObj(AppendEntriesFixes):
+class SafeSyncObj(AppendEntriesFixes, TickFixes):
     """SyncObj with hazards 1-5 fixed. Subclasses add ``@replicated`` methods.
 
     ``shared_poller``: the host's poller (see GroupPoller). ``fsync``: sync the
     journal before acknowledging (durability "fsync"); False for "quorum".
+    ``syncer``: the host's I/O threads for journal syncs (set by
+    ``RaftHost.add``); None syncs inline on the driver thread.
     """
+
+    syncer: SyncThreads | None = None
 
     def __init__(
         self,
@@ -189,7 +198,10 @@ class SafeSyncObj(AppendEntriesFixes):
         node_factory: Callable[[str], TCPNode] = ProxiedNode,
     ) -> None:
         self.__shared_poller = GroupPoller(shared_poller)
-        self._pending_acks: list[tuple[Any, int]] = []
+        # (leader node, next index to ack, term): each waits for a sync that
+        # covers the entries it claims (journal.durable_index >= index - 1).
+        self._pending_acks: list[tuple[Any, int, int]] = []
+        self._closed = False
         self._transmissions: dict[Any, bytearray] = {}  # node -> chunks so far
         self._on_activity = on_activity or (lambda: None)
         self._on_flush = on_flush or self._on_activity
@@ -232,23 +244,59 @@ class SafeSyncObj(AppendEntriesFixes):
 
     # ---- durability (hazard 3) -------------------------------------------------
     def flush_durable(self) -> None:
-        """Sync the journal if needed, then send the acks that waited for it."""
-        self._SyncObj__raftLog.sync()
+        """Begin a sync of what was written (or, without a syncer, sync now),
+        then send the acks that syncs already cover."""
+        journal = self._SyncObj__raftLog
+        if self.syncer is None:
+            journal.sync()
+        elif journal.inflight is None and journal.dirty:
+            job = journal.begin_sync()
+            if job is not None:
+                self.syncer.submit(job, self.on_sync_done)
         if self._pending_acks:
-            acks, self._pending_acks = self._pending_acks, []
-            for node, next_idx in acks:
+            self._send_synced_acks()
+
+    def on_sync_done(self, job: SyncJob) -> None:
+        """Driver thread, when an I/O thread finished ``job``: send the acks
+        it allows, begin the next sync if more was written meanwhile, and
+        let a leader count its copy (tick)."""
+        if self._closed:
+            return
+        journal = self._SyncObj__raftLog
+        journal.end_sync(job)
+        self.flush_durable()
+        if (
+            self._SyncObj__raftState == _RAFT_STATE.LEADER
+            and journal.durable_index > self._SyncObj__raftCommitIndex
+        ):
+            self._on_activity()
+
+    def _send_synced_acks(self) -> None:
+        """Send, in order, each pending ack whose entries a sync covers; one of
+        an earlier term is dropped (its leader is gone; our log may have
+        changed since: an ack carries no term)."""
+        durable = self._SyncObj__raftLog.durable_index
+        term = self._SyncObj__raftCurrentTerm
+        keep = []
+        for ack in self._pending_acks:
+            node, next_idx, ack_term = ack
+            if ack_term != term:
+                continue
+            if next_idx - 1 <= durable:
                 self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=next_idx, success=True)
+            else:
+                keep.append(ack)
+        self._pending_acks = keep
 
     def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N803
-        self.flush_durable()  # own entries durable before the commit count
-        super()._onTick(0.0)
-        self.flush_durable()  # entries appended this tick durable before any ack
+        self.flush_durable()  # acks a completed sync allows; own copy counted up to it
+        self._raft_tick()
+        self.flush_durable()  # begin the sync of entries appended this tick
 
     def _SyncObj__onBecomeLeader(self) -> None:  # noqa: N802
-        # The new leader appends a no-op and (single-node group) may count it
-        # committed in the same tick: make it durable first.
+        # The new leader appends a no-op; it counts once synced (ticks.py).
         SyncObj._SyncObj__onBecomeLeader(self)
-        self._SyncObj__raftLog.sync()
+        self.flush_durable()
 
     def tick(self) -> None:
         """One tick (driver thread). Errors are logged, never propagated: one bad
@@ -272,7 +320,7 @@ class SafeSyncObj(AppendEntriesFixes):
         pysyncobj's own clock can be offset from it (0.1 s measured), so its
         deadlines are converted through their distance from pysyncobj's now."""
         if (
-            self._pending_acks
+            (self._pending_acks and self._SyncObj__raftLog.inflight is None)
             or self._SyncObj__raftCommitIndex > self._SyncObj__raftLastApplied
             or self._SyncObj__commandsQueue._FastQueue__queue
         ):
@@ -285,6 +333,9 @@ class SafeSyncObj(AppendEntriesFixes):
             due = min(due, self._last_tick + conf.connectionRetryTime)
         to_host = now - float(monotonic_time())
         if self._SyncObj__raftState == _RAFT_STATE.LEADER:
+            notify = self.commit_notify_due()
+            if notify is not None:
+                due = min(due, max(float(notify) + to_host, now))
             mux = self.heartbeat_mux
             if mux is not None and mux.quiet_peers(self) is not None:
                 return due
