@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import time
 from collections.abc import Callable
 from typing import Any
@@ -353,7 +354,16 @@ class SafeSyncObj(AppendEntriesFixes, TickFixes):
 
     # ---- command submission (any thread) ------------------------------------------
     def _applyCommand(self, command: Any, callback: Any, commandType: Any = None) -> None:  # noqa: N803
-        super()._applyCommand(command, callback, commandType)
+        """pysyncobj's, without its pipe notifier: it wrote a byte to a pipe of
+        the group per command (with appendEntriesUseBatch off) for the poll
+        to read back, two system calls and a poll event per entry, only to
+        wake a tick thread we do not have. The host is woken instead."""
+        if commandType is not None:
+            command = bytes((commandType,)) + command
+        try:
+            self._SyncObj__commandsQueue.put_nowait((command, callback))
+        except queue.Full:
+            self._SyncObj__callErrCallback(FAIL_REASON.QUEUE_FULL, callback)
         self._on_activity()
 
     # ---- leadership (hazard 5) ------------------------------------------------------
