@@ -263,6 +263,7 @@ class ReplicatedGroup(SafeSyncObj):
 
     def _destroy_now(self) -> None:
         """Close sockets and the journal (driver thread; no tick thread exists)."""
+        self._closed = True  # a sync ending later is ignored (on_sync_done)
         self._SyncObj__transport.destroy()
         self._SyncObj__raftLog._destroy()
 

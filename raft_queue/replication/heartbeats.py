@@ -206,10 +206,11 @@ def coalesced_heartbeat(
     group: Any, leader: str, term: int, commit: int, prev_idx: int, prev_term: int
 ) -> int:
     """Follower side of one item: the empty AppendEntries it stands for, through
-    the group's own handler. The next index to ack in the batch reply (after
-    the journal sync that makes it true), ANSWERED if the handler answered on
-    the group's connection or ignored it (stale term), REFUSE if ``leader`` is
-    not a member here."""
+    the group's own handler. The next index to ack in the batch reply (if a
+    completed journal sync covers it), ANSWERED if the handler answered on
+    the group's connection or ignored it (stale term) or the ack waits for a
+    sync (it then goes on the group's connection, as a per-group ack would),
+    REFUSE if ``leader`` is not a member here."""
     transport = group._SyncObj__transport
     node = transport._nodeAddrToNode.get(leader)
     if node is None:
@@ -222,8 +223,11 @@ def coalesced_heartbeat(
             conf.raftMinTimeout, conf.raftMaxTimeout
         )
         group._SyncObj__leaderCommitIndex = commit
-        group._SyncObj__raftLog.sync()  # hazard 3: what the ack claims is on disk
         touch(transport, node)
+        if group._SyncObj__raftLog.durable_index < prev_idx:  # hazard 3: not yet on disk
+            group._pending_acks.append((node, prev_idx + 1, term))
+            group._on_flush()  # acked on the group's connection once synced
+            return ANSWERED
         return prev_idx + 1
     acks = group._pending_acks
     before = len(acks)
@@ -240,9 +244,11 @@ def coalesced_heartbeat(
     )
     if len(acks) != before + 1 or acks[-1][0] is not node:
         return ANSWERED
-    _, nxt = acks.pop()
-    group._SyncObj__raftLog.sync()  # hazard 3: what the ack claims is on disk
     touch(transport, node)
+    nxt = acks[-1][1]
+    if group._SyncObj__raftLog.durable_index < nxt - 1:  # hazard 3: not yet on disk
+        return ANSWERED  # stays pending: acked on the group's connection once synced
+    acks.pop()
     return int(nxt)
 
 

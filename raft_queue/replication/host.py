@@ -19,13 +19,19 @@ With ``heartbeat_s``, the driver also runs the node's coalesced heartbeat
 round every ``heartbeat_s`` (heartbeats.py): quiet leaders are heartbeated in
 one message per other node instead of one per group per follower.
 
+Journal syncs run on the host's I/O threads (syncs.py, ``sync_threads`` of
+them; 0 syncs inline on the driver thread): the driver begins a sync, an I/O
+thread runs the fdatasync and ``post``s its end back to the driver, which
+then sends the acks it allows.
+
 Thread contract: groups are created, ticked and destroyed on the driver thread
-only (``call()`` runs a function there). Other threads may only submit
-commands (``Group.submit``), which wakes the driver through a pipe.
+only (``call()`` and ``post()`` run a function there). Other threads may only
+submit commands (``Group.submit``), which wakes the driver through a pipe.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import heapq
 import logging
@@ -40,6 +46,7 @@ from typing import Any, Protocol, TypeVar
 from pysyncobj.poller import POLL_EVENT_TYPE, Poller, createPoller
 
 from raft_queue.replication.heartbeats import Heartbeats
+from raft_queue.replication.syncs import SyncThreads
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +55,7 @@ T = TypeVar("T")
 
 class Tickable(Protocol):
     key: str
+    syncer: SyncThreads | None
 
     def tick(self) -> None: ...
 
@@ -123,10 +131,15 @@ class RaftHost:
     within this much after the first, so timers cost at most about
     1 / idle_tick_s wake-ups a second however many groups there are; a group
     is ticked up to this late, never early. ``heartbeat_s``: period of the
-    coalesced heartbeat round (None: every group heartbeats on its own)."""
+    coalesced heartbeat round (None: every group heartbeats on its own).
+    ``sync_threads``: I/O threads for journal syncs (0: inline)."""
 
     def __init__(
-        self, idle_tick_s: float = 0.05, name: str = "raft-driver", heartbeat_s: float | None = None
+        self,
+        idle_tick_s: float = 0.05,
+        name: str = "raft-driver",
+        heartbeat_s: float | None = None,
+        sync_threads: int = 2,
     ) -> None:
         self.poller = EpollPoller() if hasattr(select, "epoll") else createPoller("poll")
         self.idle_tick_s = idle_tick_s
@@ -140,6 +153,8 @@ class RaftHost:
         self._active_lock = threading.Lock()
         self._calls: list[tuple[Callable[[], Any], Future[Any]]] = []
         self._calls_lock = threading.Lock()
+        self._posted: collections.deque[Callable[[], None]] = collections.deque()
+        self.syncer = SyncThreads(self.post, sync_threads) if sync_threads else None
         self._stop = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -172,6 +187,8 @@ class RaftHost:
             os.close(self._wake_r)
             if isinstance(self.poller, EpollPoller):
                 self.poller.close()
+        if self.syncer is not None:
+            self.syncer.stop(timeout_s)
 
     def _close_all(self) -> None:
         for key in list(self._groups):
@@ -188,6 +205,13 @@ class RaftHost:
             self._calls.append((fn, fut))
         self.wake()
         return fut
+
+    def post(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the driver thread soon (any thread; no result, errors
+        logged): the end of a journal sync."""
+        self._posted.append(fn)
+        if threading.get_ident() != self._driver_ident:
+            self.wake()
 
     def wake(self) -> None:
         # A full pipe means the driver is already due to wake.
@@ -211,6 +235,7 @@ class RaftHost:
     # ---- driver-thread only ----------------------------------------------------------
     def add(self, group: Tickable) -> None:
         self._groups[group.key] = group
+        group.syncer = self.syncer
         self._active.add(group.key)
         address = _raft_address(group)
         if address:
@@ -255,6 +280,7 @@ class RaftHost:
                 log.exception("poll failed")
                 time.sleep(0.01)
             self._run_calls()
+            self._run_posted()
             self._flush_only()
             beat = self._heartbeat_round()
             with self._active_lock:
@@ -264,7 +290,7 @@ class RaftHost:
             self._tick(active | self._still_due(due - active))
 
     def _poll_timeout(self) -> float:
-        if self._active or self._calls or self._flush:
+        if self._active or self._calls or self._flush or self._posted:
             return 0.0
         now = time.monotonic()
         until = 1.0
@@ -365,6 +391,15 @@ class RaftHost:
             group.tick()
             self.ticks += 1
             self._schedule(key, group)
+
+    def _run_posted(self) -> None:
+        posted = self._posted
+        while posted:
+            fn = posted.popleft()
+            try:
+                fn()
+            except Exception:
+                log.exception("posted call failed")
 
     def _run_calls(self) -> None:
         if not self._calls:

@@ -109,8 +109,14 @@ class PartitionReplica(ReplicatedGroup):
         self.on_wake: Callable[[], None] | None = None  # driver thread; see module doc
         self.applied_entries = 0  # entries applied since open (housekeeping skips idle groups)
         self.standing = StandingLeases()  # long polls waiting here (standing.py)
+        self.standing.on_stand = self._stood
+        # Leader: the log index by which the last entry that may make records
+        # visible was proposed; while it is not applied, a poll that stands
+        # is proposed at once, right behind it (see _stood).
+        self._waking_upto = 0
         self._ridden = _RIDDEN
         self.machine = PartitionMachine()
+        self._stored_index: int | None = None  # LMDB's last_applied (_last_applied)
         self.store = LmdbStore(os.path.join(data_dir, "lmdb"), tables=PartitionMachine.TABLES)
         self._check_format()
         conf = make_conf(
@@ -148,9 +154,31 @@ class PartitionReplica(ReplicatedGroup):
 
     def riders(self, pending: list[Pending]) -> list[Pending]:
         """The standing leases, if ``pending`` may make records visible."""
-        if not self.standing or not any(type(p[0]) in self._ridden for p in pending):
+        if not any(type(p[0]) in self._ridden for p in pending):
+            return []
+        self._waking_upto = self._SyncObj__getCurrentLogIndex() + 1
+        return self._claim_standing()
+
+    def _claim_standing(self) -> list[Pending]:
+        if not self.standing:
             return []
         return [(lease, fut, at, False) for lease, fut, at in self.standing.claim(_wall_ms)]
+
+    def _stood(self) -> None:
+        """A long poll stood (any thread). If an entry that may make records
+        visible is in flight (proposed, not applied), tick: ``before_tick``
+        proposes the standing lease at once, in the next entry, so it applies
+        right after that one and finds its records. Otherwise it would wait
+        for that entry to apply and then lease in a Raft round of its own."""
+        if self._waking_upto > self.raftLastApplied:
+            self._host.mark_active(self.key)
+
+    def before_tick(self) -> None:
+        super().before_tick()
+        if self.standing and self._waking_upto > self.raftLastApplied and self._isLeader():
+            claimed = self._claim_standing()
+            if claimed:
+                self._propose(claimed)
 
     def split_results(self, result: Any, count: int) -> list[Any]:
         if isinstance(result, BaseException) or result is None:
@@ -158,7 +186,7 @@ class PartitionReplica(ReplicatedGroup):
         return [result] if count == 1 else list(result)
 
     def apply_bytes(self, index: int, data: bytes) -> Any:
-        if index <= self.store.last_applied():
+        if index <= self._last_applied():
             return None  # already in LMDB: journal replay after a restart
 
         def run(txn: Any) -> Any:
@@ -169,6 +197,7 @@ class PartitionReplica(ReplicatedGroup):
             return result
 
         result = self.store.run_write(run)
+        self._stored_index = index
         self.applied_entries += 1
         hook = self.on_wake
         if hook is not None and _may_wake(data):
@@ -177,6 +206,13 @@ class PartitionReplica(ReplicatedGroup):
             except Exception:  # a wake-up is an optimisation: never fail the apply
                 log.exception("wake hook failed in %s", self.key)
         return result
+
+    def _last_applied(self) -> int:
+        """LMDB's last_applied: read once (a read transaction), then the index
+        of our own last apply (driver thread; a snapshot restore resets it)."""
+        if self._stored_index is None:
+            self._stored_index = self.store.last_applied()
+        return self._stored_index
 
     def predict(self, data: bytes) -> Any:
         """Apply ``data`` in a write transaction that is then aborted: the
@@ -290,6 +326,7 @@ class PartitionReplica(ReplicatedGroup):
         image = path + ".image"
         try:
             snapshot.extract_image(path, image_len, image)
+            self._stored_index = None
             self.store.restore_from(image)
         finally:
             snapshot.remove_quietly(image)

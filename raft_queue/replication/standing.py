@@ -46,6 +46,9 @@ class StandingLeases:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._waiting: list[Standing] = []
+        # Called after a request stands (on its thread): the partition may
+        # want to propose it at once (PartitionReplica._stood).
+        self.on_stand: Callable[[], None] | None = None
 
     def stand(
         self, consumer: str, max_records: int, visibility_ms: int, timeout_s: float
@@ -53,6 +56,9 @@ class StandingLeases:
         request = Standing(consumer, max_records, visibility_ms, time.monotonic() + timeout_s)
         with self._lock:
             self._waiting.append(request)
+        hook = self.on_stand
+        if hook is not None:
+            hook()
         return request
 
     def withdraw(self, request: Standing) -> bool:

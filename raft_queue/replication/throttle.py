@@ -6,7 +6,7 @@ chunks of the snapshot file (``serializer.getTransmissionData``, 64 KiB
 each) and AppendEntries carrying log entries. The limit counts the payload
 (snapshot bytes, entry commands), not pickle or TCP framing.
 
-How it hooks in, without editing ``raft.py``: pysyncobj's sender loop
+How it hooks in, without editing ``appends.py``: pysyncobj's sender loop
 (``SafeSyncObj._SyncObj__sendAppendEntries``) calls ``_send_entries`` and
 ``_send_snapshot_chunk`` per message; ``install`` shadows both on the group
 *instance* (and wraps the serializer to count snapshot bytes exactly).
@@ -20,7 +20,7 @@ call and put back afterwards
 Nothing is lost by a refusal: the snapshot stream keeps its file position,
 and entries are re-read from the next index on a later call.
 
-The hook raft.py could offer instead (one check in its sender loop):
+The hook appends.py could offer instead (one check in its sender loop):
 ``if not self._may_send(node, nxt): heartbeat; break``. Until then the
 names shadowed here are checked by tests/unit/test_throttle.py, which fails
 if the sender loop stops calling them.

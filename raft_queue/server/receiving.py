@@ -186,6 +186,12 @@ class Receiver:
             w.add_done_callback(_retrieved)
         try:
             await asyncio.wait({waker, *wrapped}, return_when=asyncio.FIRST_COMPLETED)
+            # Taken and in flight (proposed right behind the entry whose apply
+            # woke us): its result is a commit away; wait for it rather than
+            # give it back and lease again.
+            taken = [w for w, (_, _, s) in zip(wrapped, stands, strict=True) if s.future.running()]
+            if taken:
+                await asyncio.wait(taken, timeout=TAKEN_WAIT_S)
         except BaseException:  # cancelled: every lease taken for us goes back
             _withdraw(stands, keep=False)
             raise
@@ -305,6 +311,11 @@ Stand = tuple[int, PartitionReplica, Standing]
 def _retrieved(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled():
         fut.exception()  # seen: asyncio must not log it as never retrieved
+
+
+# How long a poll woken by an apply waits for its standing lease that was
+# already proposed (normally one commit: milliseconds).
+TAKEN_WAIT_S = 1.0
 
 
 def _withdraw(stands: list[Stand], keep: bool) -> list[tuple[int, Any]]:

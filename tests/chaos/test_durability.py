@@ -4,7 +4,7 @@ kill -9 keeps the page cache, so it proves crash recovery (journal replay, LMDB'
 last_applied, snapshot restore) but not that an ack waited for the disk. For that the
 nodes run with RAFTQ_POWERLOSS_COPY=1: every journal msync leaves
 ``<journal>.synced``, the journal exactly as synced, before the acks it allows
-(replication/raft.py). "Power loss" is then SIGKILL of every node followed by putting
+(replication/journal.py). "Power loss" is then SIGKILL of every node followed by putting
 back only those copies and deleting every LMDB environment (written unsynced, so after
 a real power loss it could hold anything; each replica must rebuild from its journal).
 Two checks: every acknowledged send is in the synced journal of a quorum of its

@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.integration]
 QUEUE = "idle"
 PARTITIONS = 6
 FAILOVER_S = 8.0  # election timeout 0.8-1.6 s, plus routing and status round trips
+SETTLE_S = 30.0  # heal, catch-up, then handovers after 3 s of stable lead (retried every 5 s)
 
 
 @pytest.fixture
@@ -57,6 +58,22 @@ def wait_leaders(client: Client, exclude: str, timeout_s: float = FAILOVER_S) ->
             return leaders
         time.sleep(0.2)
     raise AssertionError(f"leaders after {timeout_s}s: {leaders} (excluding {exclude!r})")
+
+
+def wait_preferred_leaders(client: Client, timeout_s: float = SETTLE_S) -> None:
+    """Until every partition is led by its preferred (first) replica."""
+    deadline = time.monotonic() + timeout_s
+    off: dict[int, tuple[str, str]] = {}
+    while time.monotonic() < deadline:
+        try:
+            parts = client.partitions(QUEUE)
+        except QueueError:
+            parts = []
+        off = {p.partition: (p.leader, p.replicas[0]) for p in parts if p.leader != p.replicas[0]}
+        if parts and not off:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"not led by their preferred replica after {timeout_s}s: {off}")
 
 
 def busiest_leader(cc: ChaosCluster) -> tuple[int, list[int]]:
@@ -92,7 +109,12 @@ def test_isolating_the_leader_of_idle_partitions_fails_them_over_and_heals_quiet
         for i in range(2 * PARTITIONS):
             client.send(QUEUE, b"after-cut-%d" % i, key=str(i))
     chaos.heal()
-    time.sleep(5.0)
+    # After the heal each node hands leadership back to its preferred replicas
+    # (node.py _prefer_leaders: an intended election, after PREFER_AFTER_S of
+    # stable lead, retried every PREFER_RETRY_S). Only once that is done must
+    # the idle groups keep their terms.
+    with chaos.client(timeout_s=10.0) as client:
+        wait_preferred_leaders(client)
     before = terms(chaos)
     time.sleep(3.0)
     assert terms(chaos) == before, "idle groups held elections after the heal"

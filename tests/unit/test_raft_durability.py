@@ -15,7 +15,8 @@ import pytest
 from pysyncobj.journal import FileJournal
 from test_raft_hazards import IMPLS, addr, append_entries, entry, feed, leader_node, make_obj, wire
 
-from raft_queue.replication.raft import DurableMetaStorer, SafeSyncObj, make_conf
+from raft_queue.replication.journal import DurableMetaStorer
+from raft_queue.replication.raft import SafeSyncObj, make_conf
 
 
 def close(obj: Any) -> None:

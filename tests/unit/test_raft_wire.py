@@ -1,4 +1,4 @@
-"""The Raft wire frames (replication/raft.py patches pysyncobj's TcpConnection):
+"""The Raft wire frames (replication/wire.py patches pysyncobj's TcpConnection):
 small messages go as bare pickles (no zlib), large ones compressed, and frames
 from unpatched pysyncobj peers (zlib of a protocol-2 pickle) still decode.
 A socketpair, no network."""
@@ -15,7 +15,7 @@ from pysyncobj import pickle as raft_pickle
 from pysyncobj.poller import createPoller
 from pysyncobj.tcp_connection import TcpConnection
 
-from raft_queue.replication import raft
+from raft_queue.replication import wire
 
 
 def pair() -> tuple[Any, TcpConnection, list[Any], socket.socket]:
@@ -53,14 +53,14 @@ def test_small_messages_travel_uncompressed_and_large_ones_compressed() -> None:
     poller, tx, got, _ = pair()
     sent = frames_of(tx)
     heartbeat = {"type": "append_entries", "term": 3, "entries": [], "prevLogIdx": 7}
-    big = {"type": "append_entries", "entries": [(b"x" * raft.COMPRESS_MIN_BYTES, 8, 3)]}
+    big = {"type": "append_entries", "entries": [(b"x" * wire.COMPRESS_MIN_BYTES, 8, 3)]}
     tx.send(heartbeat)
     tx.send(big)
     pump(poller, got, 2)
     assert got == [heartbeat, big]
     assert sent[0][4:5] == b"\x80", "a small message was compressed"
     assert sent[1][4:5] == b"\x78", "a large message was not compressed"
-    assert len(sent[1]) < raft.COMPRESS_MIN_BYTES // 10
+    assert len(sent[1]) < wire.COMPRESS_MIN_BYTES // 10
 
 
 def test_frames_from_unpatched_pysyncobj_still_decode() -> None:

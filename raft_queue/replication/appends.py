@@ -1,0 +1,261 @@
+"""AppendEntries, both directions, fixed (hazard 1 and 3 for followers, and
+large entries): a mixin of ``SafeSyncObj`` (raft.py).
+
+Followers never truncate entries that do not conflict (Raft §5.3) and queue
+their acks until the journal is synced; an entry always travels whole, never
+through pysyncobj's chunked "transmission" path. Driver thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from typing import Any
+
+from pysyncobj import SyncObj
+from pysyncobj.monotonic import monotonic as monotonic_time
+from pysyncobj.syncobj import _RAFT_STATE
+
+from raft_queue.replication import heartbeats
+
+log = logging.getLogger(__name__)
+
+# A partially received chunked entry (from a peer that still chunks) larger
+# than this is dropped; the leader then resends from the follower's log end.
+MAX_TRANSMISSION_BYTES = 1 << 30
+
+
+class AppendEntriesFixes(SyncObj):
+    """The AppendEntries half of SafeSyncObj: see the module doc."""
+
+    # ---- large entries (no "transmission") -----------------------------------------
+    def _SyncObj__sendAppendEntries(self) -> None:  # noqa: N802
+        """pysyncobj's sender (syncobj.py ~1251) without its "transmission" path.
+
+        pysyncobj pickles an entry of ``appendEntriesBatchSizeBytes`` or more and
+        sends it in chunks, labelling a chunk ``finish`` by comparing with the
+        command's length instead of the pickle's, so a command a few bytes
+        under a multiple of the chunk size arrives as start, finish, finish and
+        the follower fails to unpickle it (on every resend). The chunks also
+        bypassed hazards 1 and 3 on the follower. Here an entry always travels
+        whole inside a regular AppendEntries (TCP frames it; entries are
+        bounded by ``group.MAX_ENTRY_BYTES`` unless one command is larger).
+        Snapshot installs are unchanged."""
+        conf = self._SyncObj__conf
+        start = monotonic_time()
+        self._SyncObj__newAppendEntriesTime = start + conf.appendEntriesPeriod
+        self._sent_round()
+        raft_log = self._SyncObj__raftLog
+        connected = self._SyncObj__connectedNodes
+        next_index = self._SyncObj__raftNextIndex
+        for node in self._SyncObj__otherNodes | self._SyncObj__readonlyNodes:
+            if node not in connected:
+                self._SyncObj__serializer.cancelTransmisstion(node)
+                continue
+            first, sending_snapshot = True, False
+            nxt = next_index[node]
+            while first or sending_snapshot or nxt <= self._SyncObj__getCurrentLogIndex():
+                if nxt > raft_log[0][1]:
+                    self._send_entries(node, nxt)
+                else:
+                    sending_snapshot = self._send_snapshot_chunk(node)
+                if node not in connected:
+                    break
+                nxt, first = next_index[node], False
+                if monotonic_time() - start > conf.appendEntriesPeriod:
+                    break
+
+    def _send_entries(self, node: Any, nxt: int) -> None:
+        prev_idx, prev_term = self._SyncObj__getPrevLogIndexTerm(nxt)
+        entries: list[Any] = []
+        if nxt <= self._SyncObj__getCurrentLogIndex():
+            batch = self._SyncObj__conf.appendEntriesBatchSizeBytes
+            entries = self._SyncObj__getEntries(nxt, None, batch)
+            self._SyncObj__raftNextIndex[node] = entries[-1][1] + 1
+        self._SyncObj__transport.send(
+            node,
+            {
+                "type": "append_entries",
+                "term": self._SyncObj__raftCurrentTerm,
+                "commit_index": self._SyncObj__raftCommitIndex,
+                "entries": entries,
+                "prevLogIdx": prev_idx,
+                "prevLogTerm": prev_term,
+            },
+        )
+
+    def _send_snapshot_chunk(self, node: Any) -> bool:
+        """One chunk of the snapshot file; True while more chunks follow."""
+        data = self._SyncObj__serializer.getTransmissionData(node)
+        self._SyncObj__transport.send(
+            node,
+            {
+                "type": "append_entries",
+                "term": self._SyncObj__raftCurrentTerm,
+                "commit_index": self._SyncObj__raftCommitIndex,
+                "serialized": data,
+            },
+        )
+        if not data:
+            return False
+        if data[2]:  # last chunk
+            self._SyncObj__raftNextIndex[node] = self._SyncObj__raftLog[1][1] + 1
+            return False
+        return True
+
+    def _reassemble(self, node: Any, message: dict[str, Any]) -> dict[str, Any] | None:
+        """A chunked entry from a peer running plain pysyncobj: the message with
+        the whole entry once complete, else None. Completeness is decided by
+        unpickling, never by the sender's label (it mislabels chunks): a
+        ``finish`` that does not unpickle is treated as a middle chunk."""
+        kind, data = message["transmission"], message.get("data") or b""
+        buf = self._transmissions.get(node)
+        if kind == "start" or buf is None:
+            if kind != "start":
+                return None  # joined mid-entry; the leader resends after our nack
+            buf = self._transmissions[node] = bytearray()
+        buf += data
+        if len(buf) > MAX_TRANSMISSION_BYTES:
+            del self._transmissions[node]
+            return None
+        if kind != "finish":
+            return None
+        try:
+            entry = pickle.loads(bytes(buf))  # noqa: S301 (hazard 6)
+        except Exception:  # truncated: a mislabelled middle chunk
+            return None
+        del self._transmissions[node]
+        whole = {k: v for k, v in message.items() if k not in ("transmission", "data")}
+        whole["entries"] = [tuple(entry)]
+        return whole
+
+    # ---- hazard 1 (and 3 for followers) --------------------------------------------
+    def _SyncObj__onMessageReceived(self, node: Any, message: dict[str, Any]) -> None:  # noqa: N802
+        kind = message.get("type")
+        if kind in heartbeats.KINDS:  # for the host, on this group's connection
+            if self.heartbeat_mux is not None:
+                self.heartbeat_mux.receive(self, node, message)
+            return
+        if (
+            kind == "append_entries"
+            and "transmission" in message
+            and message["term"] >= self._SyncObj__raftCurrentTerm
+        ):
+            whole = self._reassemble(node, message)
+            if whole is None:
+                self._follow(node, message)
+                self._SyncObj__sendNextNodeIdx(node, success=False, reset=False)
+                return
+            message = whole
+        if (
+            kind == "append_entries"
+            and "prevLogIdx" in message
+            and "transmission" not in message
+            and message["term"] >= self._SyncObj__raftCurrentTerm
+        ):
+            before = self._progress()
+            self._on_append_entries(node, message)
+            self._wake(before)
+            return
+        if kind == "next_node_idx" and self._SyncObj__raftState == _RAFT_STATE.LEADER:
+            before = self._SyncObj__raftMatchIndex.get(node)
+            SyncObj._SyncObj__onMessageReceived(self, node, message)
+            if self._SyncObj__raftMatchIndex.get(node) != before or not message["success"]:
+                self._on_activity()  # the commit index may move: tick now
+            return
+        self._on_activity()
+        SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _progress(self) -> tuple[Any, ...]:
+        return (
+            self._SyncObj__raftLog[-1][1],
+            self._SyncObj__raftCommitIndex,
+            self._SyncObj__raftLeader,
+            self._SyncObj__raftCurrentTerm,
+        )
+
+    def _wake(self, before: tuple[Any, ...]) -> None:
+        """After an AppendEntries: tick if the log, commit index, leader or term
+        moved or entries wait to be applied; a bare heartbeat only needs its
+        ack flushed. This keeps idle groups cheap (one tick per idle period)."""
+        if self._progress() != before or (
+            self._SyncObj__raftCommitIndex > self._SyncObj__raftLastApplied
+        ):
+            self._on_activity()
+        else:
+            self._on_flush()
+
+    def _follow(self, node: Any, message: dict[str, Any]) -> None:
+        """The leader-recognition preamble of pysyncobj's handler, unchanged."""
+        if message["term"] > self._SyncObj__raftCurrentTerm:
+            self._SyncObj__transferInProgress = False
+        if not self._SyncObj__transferInProgress:
+            self._SyncObj__raftElectionDeadline = (
+                monotonic_time() + self._SyncObj__generateRaftTimeout()
+            )
+        if self._SyncObj__raftLeader != node:
+            self._SyncObj__onLeaderChanged()
+        self._SyncObj__raftLeader = node
+        if message["term"] > self._SyncObj__raftCurrentTerm:
+            self._SyncObj__setCurrentTerm(message["term"], None)
+        self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
+
+    def _on_append_entries(self, node: Any, message: dict[str, Any]) -> None:
+        self._follow(node, message)
+        leader_commit = message["commit_index"]
+        self._SyncObj__leaderCommitIndex = leader_commit
+        prev_idx, prev_term = message["prevLogIdx"], message["prevLogTerm"]
+        prev = self._SyncObj__getEntries(prev_idx, 1)
+        if not prev:
+            self._SyncObj__sendNextNodeIdx(node, success=False, reset=True)
+            return
+        if prev[0][2] != prev_term:
+            self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=prev_idx, success=False, reset=True)
+            return
+        entries = message.get("entries", [])
+        self._merge_entries(entries)
+        # Raft: acknowledge what this message proved, not our whole log.
+        match = entries[-1][1] if entries else prev_idx
+        self._pending_acks.append((node, match + 1, self._SyncObj__raftCurrentTerm))
+        # Only entries proven to match the leader's log may be committed.
+        commit = min(leader_commit, match, self._SyncObj__getCurrentLogIndex())
+        if commit > self._SyncObj__raftCommitIndex:
+            self._SyncObj__raftCommitIndex = commit
+            self._SyncObj__raftLog.setRaftCommitIndex(commit)
+
+    def _merge_entries(self, entries: list[tuple[bytes, int, int]]) -> None:
+        """Append ``entries`` after the matching prefix; truncate only from the
+        first entry whose term conflicts (Raft §5.3, receiver rule 3)."""
+        last = self._SyncObj__getCurrentLogIndex()
+        for k, entry in enumerate(entries):
+            idx = entry[1]
+            if idx > last:
+                self._append_new(entries[k:])
+                return
+            local = self._SyncObj__getEntries(idx, 1)
+            if local and local[0][2] == entry[2]:
+                continue
+            self._truncate_from(idx)
+            self._append_new(entries[k:])
+            return
+
+    def _truncate_from(self, idx: int) -> None:
+        if self._SyncObj__conf.dynamicMembershipChange:
+            for entry in reversed(self._SyncObj__getEntries(idx)):
+                change = self._SyncObj__parseChangeClusterRequest(entry[0])
+                if change is not None:
+                    self._SyncObj__doChangeCluster(change, reverse=True)
+        if idx <= self._SyncObj__raftLastApplied:
+            log.critical(
+                "conflicting entry at %d below last applied %d", idx, self._SyncObj__raftLastApplied
+            )
+        self._SyncObj__deleteEntriesFrom(idx)
+
+    def _append_new(self, entries: list[tuple[bytes, int, int]]) -> None:
+        for entry in entries:
+            self._SyncObj__raftLog.add(*entry)
+        if self._SyncObj__conf.dynamicMembershipChange:
+            for entry in entries:
+                change = self._SyncObj__parseChangeClusterRequest(entry[0])
+                if change is not None:
+                    self._SyncObj__doChangeCluster(change)

@@ -1,0 +1,124 @@
+"""Journal syncs off the driver thread (replication/syncs.py): hazard 3 holds
+when the fdatasync runs on an I/O thread, and a commit needs any majority of
+synced copies, not the leader's.
+
+The I/O thread is replaced by a recorder: a test decides when each sync
+ends (``finish``), so the orders that matter are forced, not raced.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from test_raft_hazards import addr, append_entries, entry, leader_node, make_obj, wire
+
+from raft_queue.replication.journal import SyncJob
+from raft_queue.replication.raft import make_conf
+
+
+class HeldSyncs:
+    """Stands in for SyncThreads: keeps each submitted sync until ``finish``."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple[SyncJob, Any]] = []
+
+    def submit(self, job: SyncJob, done: Any) -> None:
+        self.jobs.append((job, done))
+
+    def finish(self) -> None:
+        """Run the oldest held sync, then its end on the 'driver thread'."""
+        job, done = self.jobs.pop(0)
+        job.run()
+        done(job)
+
+
+def journaled(tmp_path: Path, peers: list[str], timeout_s: float = 5) -> tuple[Any, HeldSyncs]:
+    conf = make_conf(
+        journal_file=str(tmp_path / "journal"),
+        dump_file=None,
+        election_timeout_min_s=timeout_s,
+        election_timeout_max_s=timeout_s * 2,
+    )
+    obj = make_obj("patched", peers, conf)
+    syncs = HeldSyncs()
+    obj.syncer = syncs
+    return obj, syncs
+
+
+def acks(rec: Any) -> list[int]:
+    return [m["next_node_idx"] for m in rec.sent if m["type"] == "next_node_idx" and m["success"]]
+
+
+def receive(obj: Any, message: dict[str, Any]) -> None:
+    """One poll round's message, then the flush the host runs after it."""
+    obj._SyncObj__onMessageReceived(leader_node(obj), message)
+    obj.flush_durable()
+
+
+def test_an_ack_waits_for_the_sync_that_covers_its_entries(tmp_path: Path) -> None:
+    obj, syncs = journaled(tmp_path, [addr()])
+    rec = wire(obj)
+    receive(obj, append_entries(1, 0, [entry(2), entry(3)]))
+    assert acks(rec) == [], "acked before any sync ended"
+    assert len(syncs.jobs) == 1, "one sync begun for the batch"
+    # Entry 4 arrives while that sync runs: the running sync does not cover it.
+    receive(obj, append_entries(3, 1, [entry(4)]))
+    assert len(syncs.jobs) == 1, "a second sync of the same journal began meanwhile"
+    syncs.finish()
+    assert acks(rec) == [4], "the finished sync covers entries 2-3 only"
+    assert len(syncs.jobs) == 1, "the sync of entry 4 begins when the first ends"
+    syncs.finish()
+    assert acks(rec) == [4, 5]
+
+
+def test_entries_replaced_while_a_sync_runs_are_not_acked_by_it(tmp_path: Path) -> None:
+    obj, syncs = journaled(tmp_path, [addr()])
+    rec = wire(obj)
+    receive(obj, append_entries(1, 0, [entry(2), entry(3), entry(4)]))
+    assert len(syncs.jobs) == 1  # covers up to index 4 (term 1)
+    # A new leader (term 2) replaces 3 and 4 before that sync ends.
+    receive(obj, append_entries(2, 1, [entry(3, term=2)], term=2))
+    syncs.finish()
+    assert acks(rec) == [], "the new entry 3 was acked on a sync that began before it"
+    assert obj._SyncObj__raftLog.durable_index == 2
+    syncs.finish()
+    assert acks(rec) == [4], "only the term-2 ack goes out; the term-1 one is dropped"
+
+
+def test_the_leader_commits_on_two_synced_followers_while_its_own_sync_runs(
+    tmp_path: Path,
+) -> None:
+    followers = [addr(), addr()]
+    obj, syncs = journaled(tmp_path, followers)
+    wire(obj)
+    obj._SyncObj__setCurrentTerm(1, None)
+    obj._SyncObj__onBecomeLeader()  # appends its no-op (index 2), begins a sync
+    noop = obj._SyncObj__getCurrentLogIndex()
+    assert syncs.jobs and obj._SyncObj__raftLog.durable_index < noop
+    nodes = sorted(obj._SyncObj__otherNodes, key=lambda n: n.address)
+    ack = {"type": "next_node_idx", "next_node_idx": noop + 1, "reset": False, "success": True}
+    obj._SyncObj__onMessageReceived(nodes[0], dict(ack))
+    obj._raft_tick()
+    assert obj.raftCommitIndex < noop, "one synced follower plus an unsynced leader committed"
+    obj._SyncObj__onMessageReceived(nodes[1], dict(ack))
+    obj._raft_tick()
+    assert obj._SyncObj__raftLog.durable_index < noop, "the leader's sync has not ended"
+    assert obj.raftCommitIndex == noop, "two synced followers are a majority"
+
+
+def test_the_leader_counts_its_own_copy_once_synced(tmp_path: Path) -> None:
+    followers = [addr(), addr()]
+    obj, syncs = journaled(tmp_path, followers)
+    wire(obj)
+    obj._SyncObj__setCurrentTerm(1, None)
+    obj._SyncObj__onBecomeLeader()
+    noop = obj._SyncObj__getCurrentLogIndex()
+    node = sorted(obj._SyncObj__otherNodes, key=lambda n: n.address)[0]
+    ack = {"type": "next_node_idx", "next_node_idx": noop + 1, "reset": False, "success": True}
+    obj._SyncObj__onMessageReceived(node, ack)
+    obj._raft_tick()
+    assert obj.raftCommitIndex < noop
+    syncs.finish()
+    obj._raft_tick()
+    assert obj.raftCommitIndex == noop, "leader (synced) + one follower are a majority"
