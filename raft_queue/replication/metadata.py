@@ -21,6 +21,10 @@ _SEP = b"\n"
 
 
 class MetadataReplica(ReplicatedGroup):
+    # Every node answers metadata reads from its own replica: followers learn
+    # each commit at once, not on the next AppendEntries (ticks.py).
+    commit_notify_s = 0.0
+
     def __init__(
         self,
         host: RaftHost,

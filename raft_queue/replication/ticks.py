@@ -48,6 +48,10 @@ COMMIT_NOTIFY_S = 0.02
 class TickFixes(SyncObj):
     """The tick half of SafeSyncObj: see the module doc."""
 
+    # How long a new commit index may wait for a ride (COMMIT_NOTIFY_S); 0 for a
+    # group whose followers serve reads (the metadata group: every node answers
+    # from its own replica, so a client reading after its write must find it).
+    commit_notify_s = COMMIT_NOTIFY_S
     _commit_sent = 0  # the commit index of the last AppendEntries round
     _commit_notify_at: float | None = None  # pysyncobj's clock
 
@@ -149,7 +153,7 @@ class TickFixes(SyncObj):
         if self._SyncObj__raftCommitIndex <= self._commit_sent:
             self._commit_notify_at = None
         elif self._commit_notify_at is None:
-            self._commit_notify_at = now + COMMIT_NOTIFY_S
+            self._commit_notify_at = now + self.commit_notify_s
         notify = self._commit_notify_at
         if now > self._SyncObj__newAppendEntriesTime or (notify is not None and now >= notify):
             self._SyncObj__sendAppendEntries()
