@@ -19,16 +19,26 @@ from raft_queue.errors import NotFound, QueueError
 from raft_queue.testing.cluster import LocalCluster, free_block
 
 
-def wait_leaders(client: Client, queue: str, timeout_s: float = 60.0) -> None:
-    """Until every partition of ``queue`` reports a leader (and the client caches them).
+def wait_leaders(
+    client: Client, queue: str, timeout_s: float = 60.0, preferred_s: float = 10.0
+) -> None:
+    """Until every partition of ``queue`` reports a leader (and the client caches them),
+    and for up to ``preferred_s`` more until each is its preferred (first) replica:
+    otherwise the nodes' hand-over to it (an election) would fall inside the workload.
 
     NotFound counts as "not yet": a node whose metadata replica lags may not know
     a queue that the metadata leader has just created."""
     deadline = time.monotonic() + timeout_s
+    settle: float | None = None
     while True:
         with contextlib.suppress(NotFound):
-            if all(p.leader for p in client.partitions(queue)):
-                return
+            parts = client.partitions(queue)
+            if all(p.leader for p in parts):
+                settle = settle or time.monotonic() + preferred_s
+                if time.monotonic() > settle or all(
+                    not p.replicas or p.leader == p.replicas[0] for p in parts
+                ):
+                    return
         if time.monotonic() > deadline:
             raise TimeoutError(f"{queue}: partitions without a leader after {timeout_s}s")
         time.sleep(0.1)

@@ -387,7 +387,7 @@ def _idle_step(
         made[name] = min(IDLE_QUEUE_PARTITIONS, want - have)
         admin.create_queue(name, partitions=made[name], replication_factor=3)
         try:
-            wait_leaders(admin, name, timeout_s=300)
+            wait_leaders(admin, name, timeout_s=300, preferred_s=0)
         except TimeoutError:
             settled = False
     create_s = round(time.monotonic() - t0, 1)
