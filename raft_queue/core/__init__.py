@@ -22,6 +22,7 @@ from raft_queue.core.commands import (
     Purge,
     ReceiptRef,
     ReceiptRun,
+    Release,
 )
 from raft_queue.core.partition import PartitionMachine
 from raft_queue.core.records import StoredRecord
@@ -71,6 +72,7 @@ __all__ = [
     "ReceiptRef",
     "ReceiptRun",
     "ReceiptsResult",
+    "Release",
     "Result",
     "StoredRecord",
     "decode",

@@ -37,6 +37,7 @@ from raft_queue.core.commands import (
     Purge,
     ReceiptRef,
     ReceiptRun,
+    Release,
     receipt_runs,
 )
 from raft_queue.core.records import from_blob, to_blob
@@ -158,7 +159,7 @@ def _dec_lease(r: Reader) -> Lease:
     return Lease(r.str_(), r.uvarint(), r.uvarint(), r.uvarint())
 
 
-def _enc_ack(buf: bytearray, c: Ack) -> None:
+def _enc_ack(buf: bytearray, c: Ack | Release) -> None:
     _put_receipts(buf, c.receipts)
     put_uvarint(buf, c.now_ms)
 
@@ -250,6 +251,7 @@ _CODECS: dict[int, tuple[type, _Enc, _Dec]] = {
     13: (Ack, _enc_ack, _dec_ack),
     14: (Nack, _enc_nack, _dec_nack),
     15: (ChangeVisibility, _enc_change, _dec_change),
+    16: (Release, _enc_ack, lambda r: Release(_read_receipts(r), r.uvarint())),
 }
 _TAGS: dict[type, tuple[int, _Enc]] = {cls: (tag, enc) for tag, (cls, enc, _) in _CODECS.items()}
 _CODECS.update(

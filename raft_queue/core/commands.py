@@ -247,6 +247,22 @@ class Nack:
 
 
 @dataclass(frozen=True, slots=True)
+class Release:
+    """Undo leases that never reached a consumer (a lingering or cancelled
+    long poll's): the records are visible again at once, with the receive
+    count and delivery history they had before the lease, and the undone
+    lease's receipts are stale. A lease that already ended (expired,
+    nacked) is left as it is."""
+
+    receipts: Receipts
+    now_ms: int
+
+    def __post_init__(self) -> None:
+        _normalize_receipts(self)
+        v.uint64("now_ms", self.now_ms)
+
+
+@dataclass(frozen=True, slots=True)
 class ChangeVisibility:
     """Set the lease deadline to ``now_ms + visibility_ms`` (as SQS's
     ChangeMessageVisibility; 0 ends the lease now)."""
@@ -323,6 +339,7 @@ Command: TypeAlias = (
     | Lease
     | Ack
     | Nack
+    | Release
     | ChangeVisibility
     | CommitOffset
     | Expire
@@ -337,6 +354,7 @@ _SIMPLE = (
     Lease,
     Ack,
     Nack,
+    Release,
     ChangeVisibility,
     CommitOffset,
     Expire,

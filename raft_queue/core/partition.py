@@ -37,6 +37,7 @@ from raft_queue.core.commands import (
     Lease,
     Nack,
     Purge,
+    Release,
 )
 from raft_queue.core.kv import KVTxn
 from raft_queue.core.records import check_blob
@@ -192,6 +193,11 @@ def _nack(view: View, cmd: Nack) -> ReceiptsResult:
     return receipts.settle(view, cmd.receipts, receipts.nack_action(cmd.delay_ms))
 
 
+def _release(view: View, cmd: Release) -> ReceiptsResult:
+    view.at(cmd.now_ms)
+    return receipts.settle(view, cmd.receipts, receipts.release)
+
+
 def _change_visibility(view: View, cmd: ChangeVisibility) -> ReceiptsResult:
     view.at(cmd.now_ms)
     return receipts.settle(view, cmd.receipts, receipts.visibility_action(cmd.visibility_ms))
@@ -233,6 +239,7 @@ _HANDLERS: dict[type, Callable[[View, Any], Result]] = {
     Lease: _lease,
     Ack: _ack,
     Nack: _nack,
+    Release: _release,
     ChangeVisibility: _change_visibility,
     CommitOffset: _commit_offset,
     Expire: _expire,

@@ -16,7 +16,7 @@ from raft_queue.core import runs
 from raft_queue.core.commands import ReceiptRun
 from raft_queue.core.delivery import exhausted, kill, later, mature, release_range
 from raft_queue.core.results import NOT_FOUND, OK, STALE, ReceiptsResult
-from raft_queue.core.state import Run, Status, View
+from raft_queue.core.state import Run, Status, View, without_last_event
 
 # An action on records [lo, hi) of the run (start, run), all of the receipt's epoch.
 Action = Callable[[View, int, Run, int, int], None]
@@ -103,6 +103,24 @@ def nack_action(delay_ms: int) -> Action:
             runs.reshape(view, start, run, lo, hi, new)
 
     return nack
+
+
+def release(view: View, start: int, run: Run, lo: int, hi: int) -> None:
+    """Undo the lease (still running): READY, with the receive count and
+    history it had before. The epoch still moves on, so the undone lease's
+    receipts are stale from now on and no receipt is ever issued twice. A
+    lease already ended keeps its count."""
+    if run.status != Status.LEASED:
+        return
+    new = Run(
+        Status.READY,
+        run.epoch + 1,
+        max(0, run.receive_count - 1),
+        0,
+        run.length,
+        without_last_event(run.history),
+    )
+    runs.reshape(view, start, run, lo, hi, new)
 
 
 def visibility_action(visibility_ms: int) -> Action:

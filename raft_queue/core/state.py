@@ -171,6 +171,15 @@ def lease_event(time_ms: int, consumer: str, deadline_ms: int) -> bytes:
     return _EVENT.pack(time_ms, deadline_ms, len(raw)) + raw
 
 
+def without_last_event(history: bytes) -> bytes:
+    """``history`` without its newest event (the lease being undone)."""
+    pos = last = 0
+    while pos < len(history):
+        last = pos
+        pos += _EVENT.size + history[pos + _EVENT.size - 1]
+    return history[:last]
+
+
 def lease_events(history: bytes) -> list[tuple[int, str, int]]:
     """(time_ms, consumer, deadline_ms) of each recorded lease, oldest first."""
     events, pos = [], 0

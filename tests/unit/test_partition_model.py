@@ -42,6 +42,7 @@ from raft_queue.core.commands import (
     PartitionConfig,
     Purge,
     ReceiptRef,
+    Release,
 )
 from raft_queue.core.partition import PartitionMachine
 from raft_queue.core.records import to_blob
@@ -194,6 +195,13 @@ class Model:
         else:
             r.status, r.at = "waiting", now + delay
 
+    def release(self, r: Rec) -> None:
+        """Undo a running lease; the core keeps only the last HISTORY_LIMIT
+        events, so one dropped before this lease stays dropped."""
+        if r.status == "leased":
+            r.status, r.epoch, r.count, r.at = "ready", r.epoch + 1, r.count - 1, 0
+            r.events = r.events[-HISTORY_LIMIT:][:-1]
+
     def expire(self, now: int) -> ExpireResult:
         self.mature(now)
         removed = 0
@@ -328,7 +336,7 @@ class PartitionModelTest(RuleBasedStateMachine):
         self.acked |= {ref.offset for ref, o in zip(refs, result.outcomes, strict=True) if o == OK}
 
     @precondition(lambda self: self.last_lease)
-    @rule(action=st.sampled_from(["ack", "nack", "nack_later", "extend", "end"]))
+    @rule(action=st.sampled_from(["ack", "nack", "nack_later", "extend", "end", "release"]))
     def settle_the_last_lease(self, action: str) -> None:
         """Every receipt of the last Lease, in order: the runs a consumer sends."""
         refs = self.last_lease
@@ -338,6 +346,7 @@ class PartitionModelTest(RuleBasedStateMachine):
             "nack_later": (Nack(refs, 15, self.now), lambda r: self.model.nack(r, 15, self.now)),
             "extend": (ChangeVisibility(refs, 60, self.now), self._extend(60)),
             "end": (ChangeVisibility(refs, 0, self.now), self._extend(0)),
+            "release": (Release(refs, self.now), self.model.release),
         }
         cmd, change = acts[action]
         result = self.run(cmd)
@@ -358,6 +367,13 @@ class PartitionModelTest(RuleBasedStateMachine):
         result = self.run(Nack(refs, delay, self.now))
         expected = self.model.settle(refs, self.now, lambda r: self.model.nack(r, delay, self.now))
         assert result == ReceiptsResult.of(expected)
+
+    @precondition(lambda self: self.issued)
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        refs = self._receipts(data)
+        result = self.run(Release(refs, self.now))
+        assert result == ReceiptsResult.of(self.model.settle(refs, self.now, self.model.release))
 
     @precondition(lambda self: self.issued)
     @rule(data=st.data(), visibility=st.sampled_from([0, 10, 60]))
