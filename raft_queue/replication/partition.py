@@ -11,7 +11,8 @@ transactions, concurrently with apply.
 
 Hook for long polls: ``on_wake`` (set by the node) is called on the driver
 thread after an applied entry that may have made a message visible (Append,
-Nack, Ack: a FIFO key's next record, ChangeVisibility, Configure, Expire). It
+Nack, Release, Ack: a FIFO key's next record, ChangeVisibility, Configure,
+Expire). It
 must be cheap and never block: the node's hook only bumps a counter and, when
 someone waits, schedules a wake-up on the asyncio loop.
 """
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 _WAKING = (
     commands.Append,
     commands.Nack,
+    commands.Release,
     commands.Ack,
     commands.ChangeVisibility,
     commands.Configure,
@@ -67,6 +69,7 @@ _RIDDEN = frozenset(
         commands.Append,
         commands.AppendBlobs,
         commands.Nack,
+        commands.Release,
         commands.ChangeVisibility,
         commands.Configure,
         commands.Expire,
