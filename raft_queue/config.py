@@ -168,6 +168,9 @@ class Limits:
     max_receive_messages: int = 1000
     max_wait_ms: int = 20_000
     max_request_bytes: int = 64 * MIB
+    # How long a lingering lease waits for its consumer's next Receive
+    # (server/lingering.py); 0 = never linger.
+    receive_linger_ms: int = 50
 
     def __post_init__(self) -> None:
         _check_int(ConfigError, "limits.max_message_bytes", self.max_message_bytes, 1,
@@ -175,6 +178,7 @@ class Limits:
         _check_int(ConfigError, "limits.max_batch_messages", self.max_batch_messages, 1, 10**6)
         _check_int(ConfigError, "limits.max_receive_messages", self.max_receive_messages, 1, 10**5)
         _check_int(ConfigError, "limits.max_wait_ms", self.max_wait_ms, 0, HOUR_MS)
+        _check_int(ConfigError, "limits.receive_linger_ms", self.receive_linger_ms, 0, 60_000)
         _check_int(ConfigError, "limits.max_request_bytes", self.max_request_bytes,
                    self.max_message_bytes, 2**31 - 1)  # fmt: skip
 

@@ -260,7 +260,7 @@ def receive(
         "queue": queue,
         "max_messages": max_messages,
         "wait_ms": wait_ms,
-        "consumer": consumer,
+        "consumer": consumer or router.consumer_id,
     }
     if visibility_ms is not None:
         fields["visibility_ms"] = visibility_ms

@@ -168,9 +168,15 @@ class Surface(AdminSurface):
         A receipt whose lease expired and was re-leased since is refused (``stale``)."""
         return self._run(calls.settle("Ack", queue_pb2.AckRequest, queue, receipts))
 
-    def nack(self, queue: str, receipts: Receipts, delay_ms: int = 0) -> list[ReceiptResult]:
-        """Give leased messages back, visible again after ``delay_ms``."""
-        flow = calls.settle("Nack", queue_pb2.NackRequest, queue, receipts, delay_ms=delay_ms)
+    def nack(
+        self, queue: str, receipts: Receipts, delay_ms: int = 0, release: bool = False
+    ) -> list[ReceiptResult]:
+        """Give leased messages back, visible again after ``delay_ms``. With
+        ``release`` (delay 0), the messages never reached your code (say, a
+        prefetch buffer at shutdown): the lease is undone, each message's
+        receive count and delivery history restored."""
+        fields = {"delay_ms": delay_ms, "release": release}
+        flow = calls.settle("Nack", queue_pb2.NackRequest, queue, receipts, **fields)
         return self._run(flow)
 
     def change_visibility(

@@ -15,6 +15,9 @@ maps; targets belong to one call (one thread).
 
 from __future__ import annotations
 
+import os
+import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -68,6 +71,10 @@ class Router:
         self._counts: dict[str, tuple[int, float]] = {}
         self._turn = 0
         self._closed = False
+        # Names this client's receives when the caller gives no consumer id:
+        # delivery history shows it, and the server keeps a lingering lease
+        # for a consumer it can recognise (server/lingering.py).
+        self.consumer_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
     # ---- channels ---------------------------------------------------------
 

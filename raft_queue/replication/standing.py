@@ -10,6 +10,11 @@ answers. A message sent to a waiting consumer therefore costs one Raft round
 (append and lease together), not two (append; wake; lease), as a push
 consumer of NATS or RabbitMQ gets it without a second trip.
 
+A *lingering* request (server/lingering.py) is one left for a consumer
+between two of its Receives; ``claim`` puts those after every request of a
+poll waiting now, so a lingering lease never takes a message from a
+consumer that is there.
+
 The Lease is an ordinary command: it is stamped with the leader's clock when
 proposed, every replica applies it in log order right after the Append, and
 it may find nothing (a FIFO key still in flight, a delay): the future then
@@ -39,6 +44,7 @@ class Standing:
     max_records: int
     visibility_ms: int
     deadline: float  # monotonic: the claim is not proposed after this
+    lingering: bool = False  # left for the consumer's next Receive: claimed last
     future: Future[Any] = field(default_factory=Future)
 
 
@@ -51,9 +57,15 @@ class StandingLeases:
         self.on_stand: Callable[[], None] | None = None
 
     def stand(
-        self, consumer: str, max_records: int, visibility_ms: int, timeout_s: float
+        self,
+        consumer: str,
+        max_records: int,
+        visibility_ms: int,
+        timeout_s: float,
+        lingering: bool = False,
     ) -> Standing:
-        request = Standing(consumer, max_records, visibility_ms, time.monotonic() + timeout_s)
+        deadline = time.monotonic() + timeout_s
+        request = Standing(consumer, max_records, visibility_ms, deadline, lingering)
         with self._lock:
             self._waiting.append(request)
         hook = self.on_stand
@@ -78,6 +90,7 @@ class StandingLeases:
         """Driver thread: every live request as (Lease, its future, deadline)."""
         with self._lock:
             taken, self._waiting = self._waiting, []
+        taken.sort(key=_lingering_last)
         now = time.monotonic()
         out = []
         for r in taken:
@@ -89,3 +102,7 @@ class StandingLeases:
             lease = commands.Lease(r.consumer, r.max_records, r.visibility_ms, now_ms())
             out.append((lease, r.future, r.deadline))
         return out
+
+
+def _lingering_last(request: Standing) -> bool:
+    return request.lingering

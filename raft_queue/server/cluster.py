@@ -118,9 +118,13 @@ class Cluster:
             raise result
         return result, reached
 
-    def maybe_empty(self, replica: PartitionReplica) -> bool:
-        """True if the partition holds no unacked message (skip a Raft round trip)."""
-        return bool(replica.stats(_now_ms()).messages == 0)
+    def nothing_visible(self, replica: PartitionReplica) -> bool:
+        """True if no message of the partition can be leased now: each is
+        in flight or delayed (skip a Lease that would find nothing). Counts
+        err towards "visible" (a record Lease has not reached counts so even
+        while its delay runs; FIFO-blocked ones too), never the other way."""
+        st = replica.stats(_now_ms())
+        return bool(st.messages - st.in_flight - st.delayed <= 0)
 
     # ---- status ---------------------------------------------------------------------------
     def local_status(self, include_digests: bool) -> list[Any]:

@@ -19,7 +19,7 @@ import grpc
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2, queue_pb2_grpc
 from raft_queue.core import commands as cmd
-from raft_queue.server import convert, receiving, sending
+from raft_queue.server import convert, receipt_results, sending
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.peers import RemoteError, abort_remote, is_forwarded
 from raft_queue.server.queues import Queues
@@ -105,7 +105,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 
     async def _settle(self, request: Any, context: Any, make: Any, method: str) -> Any:
         results = await self.receiver.settle(request, is_forwarded(context), make, method)
-        return receiving.receipts_response(request, results)
+        return receipt_results.receipts_response(request, results)
 
     @handled
     async def Ack(self, request: Any, context: Any) -> Any:  # noqa: N802
@@ -114,6 +114,10 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
     @handled
     async def Nack(self, request: Any, context: Any) -> Any:  # noqa: N802
         delay = convert.check_range(request.delay_ms, 0, convert.MAX_DELAY_MS, "delay_ms")
+        if request.release:
+            if delay:
+                raise errors.InvalidArgument("delay_ms", "must be 0 with release")
+            return await self._settle(request, context, cmd.Release, "Nack")
         return await self._settle(
             request, context, lambda refs, now: cmd.Nack(refs, delay, now), "Nack"
         )

@@ -9,12 +9,14 @@ Long polls never spin. A Receive that found nothing:
   long-poll Receive open on every other node leading a partition of the
   queue. The first non-empty answer wins; the others are cancelled.
 
+A Receive of a consumer that names itself may find its messages already
+leased, by a lingering lease its previous Receive left (lingering.py).
+
 A cancelled Receive never loses messages: a lease that completes after (or
-while) its request is cancelled is given back at once (Nack, delay 0), so
-the messages are visible again without waiting for their visibility timeout.
-They keep the receive count of that lease. Leases taken by a round that
-returned more than ``max_messages`` (two nodes answered together) are given
-back the same way.
+while) its request is cancelled is undone at once (Release: visible again,
+receive count and history as before), without waiting for its visibility
+timeout. Leases taken by a round that returned more than ``max_messages``
+(two nodes answered together) are undone the same way.
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.core import commands as cmd
 from raft_queue.replication.partition import PartitionReplica
-from raft_queue.replication.standing import Standing
 from raft_queue.server import convert
 from raft_queue.server.cluster import Cluster
+from raft_queue.server.lingering import Linger, Lingering, Stand
 from raft_queue.server.peers import RemoteError
 from raft_queue.server.sending import now_ms
 
@@ -41,11 +43,16 @@ from raft_queue.server.sending import now_ms
 # entry: an idle long poll costs a few dict lookups and read txns per check.
 RECHECK_S = 0.25
 
+# A poll's standing lease is withdrawn well before this; the bound only
+# stops a request that was never withdrawn from being claimed forever.
+STAND_S = 30.0
+
 
 class Receiver:
     def __init__(self, cluster: Cluster) -> None:
         self.c = cluster
         self.limits = cluster.node.config.limits
+        self.lingering = Lingering(self.limits.receive_linger_ms, undo)
 
     # ---- Receive ---------------------------------------------------------------------
     async def receive(self, request: Any, forwarded: bool) -> list[Any]:
@@ -64,12 +71,51 @@ class Receiver:
         wait_ms = convert.check_range(request.wait_ms, 0, self.limits.max_wait_ms, "wait_ms")
         args = (q, request.consumer, max_n, visibility)
         deadline = asyncio.get_running_loop().time() + wait_ms / 1000
+        key = (q.name, request.consumer)
+        lin = self.lingering.take(key, visibility) if request.consumer else None
+        try:
+            out = await self._taken_up(q, lin) if lin is not None and lin.taken() else []
+            taken_up = bool(out)
+            if not out:
+                out = await self._receive_now(args, deadline, forwarded, lin)
+        except BaseException:
+            if lin is not None:
+                undo(lin.stands)
+            raise
+        if len(out) > max_n:
+            asyncio.ensure_future(self.give_back(q, out[max_n:]))
+            out = out[:max_n]
+        if out and request.consumer and (wait_ms or taken_up):
+            local, _ = self.c.split_partitions(q.name, q.spec.partitions)
+            self.lingering.returned(key, max_n, visibility, local, lin)
+        elif lin is not None:
+            undo(lin.stands)
+        return out
+
+    async def _receive_now(
+        self, args: tuple[Any, str, int, int], deadline: float, forwarded: bool, lin: Linger | None
+    ) -> list[Any]:
         if forwarded:
-            return await self._local_until(*args, deadline)
+            return await self._local_until(*args, deadline, lin=lin)
         out = await self._round(*args)
-        if out or wait_ms == 0:
+        if out or deadline <= asyncio.get_running_loop().time():
             return out
-        return await self._long_poll(*args, deadline)
+        return await self._long_poll(*args, deadline, lin)
+
+    async def _taken_up(self, q: Any, lin: Linger) -> list[Any]:
+        """The messages of ``lin``'s leases (proposed, so a commit away);
+        its requests not taken are withdrawn."""
+        running = [asyncio.wrap_future(s.future) for _, _, s in lin.stands if s.future.running()]
+        for w in running:
+            w.add_done_callback(_retrieved)
+        stands, lin.stands = lin.stands, []
+        try:
+            if running:
+                await asyncio.wait(running, timeout=TAKEN_WAIT_S)
+        except BaseException:
+            undo(stands)
+            raise
+        return _messages(q, _withdraw(stands, keep=True))
 
     async def _round(self, q: Any, consumer: str, max_n: int, visibility: int) -> list[Any]:
         """One immediate attempt: local leaders, then the other leader nodes."""
@@ -83,7 +129,13 @@ class Receiver:
         return out
 
     async def _long_poll(
-        self, q: Any, consumer: str, max_n: int, visibility: int, deadline: float
+        self,
+        q: Any,
+        consumer: str,
+        max_n: int,
+        visibility: int,
+        deadline: float,
+        lin: Linger | None = None,
     ) -> list[Any]:
         """Wait on local leaders and on one forwarded long poll per other
         leader node; plan again whenever leadership moves."""
@@ -92,7 +144,7 @@ class Receiver:
             wait_ms = int(max(0.0, deadline - loop.time()) * 1000)
             plan = self._plan(q)
             local = asyncio.ensure_future(
-                self._local_until(q, consumer, max_n, visibility, deadline, plan)
+                self._local_until(q, consumer, max_n, visibility, deadline, plan, lin)
             )
             remote = [
                 asyncio.ensure_future(
@@ -140,10 +192,12 @@ class Receiver:
         visibility: int,
         deadline: float,
         plan: tuple[tuple[int, ...], tuple[str, ...]] | None = None,
+        lin: Linger | None = None,
     ) -> list[Any]:
         """Lease from local leaders; when there is nothing, sleep until woken,
         a local timer is due, or ``deadline`` (loop time). Returns [] early
-        if leadership moved away from ``plan`` (the caller plans again)."""
+        if leadership moved away from ``plan`` (the caller plans again).
+        The first stand takes up ``lin``'s requests (lingering.py)."""
         loop = asyncio.get_running_loop()
         plan = plan or self._plan(q)
         try_now = True
@@ -160,7 +214,8 @@ class Receiver:
             if out or remaining <= 0:
                 return out
             sleep_s = min(remaining, RECHECK_S, _until_due_s([r for _, r in local]))
-            stand = (q, local, consumer, max_n, visibility)
+            stand = (q, local, consumer, max_n, visibility, lin)
+            lin = None
             out, try_now = await self._stand(*stand, self.c.wakeups.wait(keys, seen, sleep_s))
             if out:
                 return out
@@ -172,6 +227,7 @@ class Receiver:
         consumer: str,
         max_n: int,
         visibility: int,
+        lin: Linger | None,
         woken: Coroutine[Any, Any, bool],
     ) -> tuple[list[Any], bool]:
         """Leave a standing lease on every local leader (replication/standing.py)
@@ -179,7 +235,10 @@ class Receiver:
         wake-up, or the sleep's end). Returns the messages leased and whether
         to try a Lease of our own next (not when a standing lease was just
         applied and found nothing: that was the try)."""
-        stands = [(p, r, r.standing.stand(consumer, max_n, visibility, 30.0)) for p, r in local]
+        stands = []
+        for p, r in local:
+            s = lin.adopt(p, r, STAND_S) if lin is not None else None
+            stands.append((p, r, s or r.standing.stand(consumer, max_n, visibility, STAND_S)))
         waker = asyncio.ensure_future(woken)
         wrapped = [asyncio.wrap_future(s.future) for _, _, s in stands]
         for w in wrapped:  # outcomes are read from the concurrent futures
@@ -198,8 +257,7 @@ class Receiver:
         finally:
             waker.cancel()
         claimed = _withdraw(stands, keep=True)
-        out = [m for part, res in claimed for m in convert.lease_messages(q.name, part, q.uid, res)]
-        return out, not claimed
+        return _messages(q, claimed), not claimed
 
     async def _lease_local(
         self, q: Any, consumer: str, max_n: int, visibility: int, out: list[Any]
@@ -211,7 +269,7 @@ class Receiver:
             for part, replica in local:
                 if len(out) >= max_n:
                     return
-                if self.c.maybe_empty(replica):
+                if self.c.nothing_visible(replica):
                     continue
                 lease = cmd.Lease(consumer, max_n - len(out), visibility, now_ms())
                 self.c.node.ensure_configured(replica)
@@ -226,10 +284,11 @@ class Receiver:
             raise
 
     async def give_back(self, q: Any, messages: list[Any]) -> None:
-        """Nack (delay 0) leases this node took but will not deliver."""
-        request = queue_pb2.NackRequest(queue=q.name, receipts=[m.receipt for m in messages])
+        """Undo (Release) leases this node took but will not deliver."""
+        receipts = [m.receipt for m in messages]
+        request = queue_pb2.NackRequest(queue=q.name, receipts=receipts, release=True)
         with contextlib.suppress(errors.QueueError, RemoteError):
-            await self.settle(request, False, lambda refs, now: cmd.Nack(refs, 0, now), "Nack")
+            await self.settle(request, False, cmd.Release, "Nack")
 
     # ---- receipts --------------------------------------------------------------------------
     async def settle(
@@ -298,14 +357,17 @@ async def _submit_lease(replica: PartitionReplica, lease: cmd.Lease, timeout_s: 
 
 
 def _nack_unwanted(replica: PartitionReplica, fut: Future[Any]) -> None:
+    """Undo the lease ``fut`` brings (any thread): nobody will deliver it."""
     if fut.cancelled() or fut.exception() is not None:
         return
     refs = tuple(cmd.ReceiptRun(s.offset, s.count, s.epoch) for s in fut.result().spans)
     if refs:
-        replica.submit(cmd.Nack(refs, 0, now_ms()))
+        replica.submit(cmd.Release(refs, now_ms()))
 
 
-Stand = tuple[int, PartitionReplica, Standing]
+def undo(stands: list[Stand]) -> None:
+    """Withdraw requests not taken; undo the leases of those taken."""
+    _withdraw(stands, keep=False)
 
 
 def _retrieved(fut: asyncio.Future[Any]) -> None:
@@ -335,6 +397,10 @@ def _withdraw(stands: list[Stand], keep: bool) -> list[tuple[int, Any]]:
     return kept
 
 
+def _messages(q: Any, claimed: list[tuple[int, Any]]) -> list[Any]:
+    return [m for part, res in claimed for m in convert.lease_messages(q.name, part, q.uid, res)]
+
+
 def _until_due_s(replicas: list[PartitionReplica]) -> float:
     """Seconds until the earliest lease deadline or delay of ``replicas``
     (a little after, so the timer is surely due); RECHECK_S if none."""
@@ -342,40 +408,3 @@ def _until_due_s(replicas: list[PartitionReplica]) -> float:
     if not dues:
         return RECHECK_S
     return max(0.0, (min(dues) - now_ms()) / 1000) + 0.002
-
-
-STALE_REASON = "stale receipt: the lease expired and the message was received again since"
-NOT_FOUND_REASON = "not found: already acked, dead-lettered, expired or purged"
-
-
-_REASONS = {"stale": STALE_REASON, "not_found": NOT_FOUND_REASON}
-
-
-def receipts_response(request: Any, results: list[Any]) -> Any:
-    """The ReceiptsResponse for ``Receiver.settle``'s results: in full, or,
-    if the request asked for ``failures_only``, the failed receipts only
-    (with their indexes): an ack of a whole lease answers with nothing."""
-    out = queue_pb2.ReceiptsResponse()
-    receipts = request.receipts
-    if not request.failures_only:
-        out.results.extend(_result_pb(receipts[i], r) for i, r in enumerate(results))
-        return out
-    out.failures_only = True
-    for i, r in enumerate(results):
-        if r != "ok" and (type(r) is str or not r.ok):
-            out.failed.append(i)
-            out.results.append(_result_pb(receipts[i], r))
-    return out
-
-
-def _result_pb(receipt: str, result: Any) -> Any:
-    return receipt_result(receipt, result) if type(result) is str else result
-
-
-def receipt_result(receipt: str, outcome: str) -> Any:
-    if outcome == "ok":  # the usual case first: one per acked message
-        return queue_pb2.ReceiptResult(receipt=receipt, ok=True)
-    lowered = outcome.lower()
-    if lowered == "ok":
-        return queue_pb2.ReceiptResult(receipt=receipt, ok=True)
-    return queue_pb2.ReceiptResult(receipt=receipt, ok=False, error=_REASONS.get(lowered, outcome))

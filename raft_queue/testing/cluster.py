@@ -79,6 +79,8 @@ class LocalCluster:
     raft: dict[str, Any] = field(default_factory=dict)
     # [cluster] section (ClusterTuning): e.g. small suspect/dead/repair times in tests
     cluster_tuning: dict[str, Any] = field(default_factory=dict)
+    # [limits] section (Limits): e.g. a long receive_linger_ms to watch lingering leases
+    limits: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     quiet: bool = True
     port_block: int = PORT_BLOCK  # raft ports per node for partition replicas
@@ -145,6 +147,8 @@ class LocalCluster:
                 *(f"{k} = {v!r}" for k, v in raft.items()),
                 *(["", "[cluster]"] if self.cluster_tuning else []),
                 *(f"{k} = {v!r}" for k, v in self.cluster_tuning.items()),
+                *(["", "[limits]"] if self.limits else []),
+                *(f"{k} = {v!r}" for k, v in self.limits.items()),
             ]
             s.config_path.write_text("\n".join(lines) + "\n")
 

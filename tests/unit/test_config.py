@@ -70,6 +70,10 @@ def test_unknown_keys_are_rejected_with_their_name(tmp_path: Path) -> None:
         ('node_id = "a"\ndata_dir = "d"\nseeds = "h:1"', "seeds"),
         ('node_id = "a"\ndata_dir = "d"\nraft = 3', "raft"),
         ('node_id = "a"\ndata_dir = "d"\n[limits]\nmax_wait_ms = 1.5', "limits.max_wait_ms"),
+        (
+            'node_id = "a"\ndata_dir = "d"\n[limits]\nreceive_linger_ms = -1',
+            "limits.receive_linger_ms",
+        ),
         ("node_id = ", "path"),
     ],
 )

@@ -113,7 +113,7 @@ def test_request_ids_are_bounded() -> None:
 
 
 def test_receipts_response_in_full_or_failures_only() -> None:
-    from raft_queue.server.receiving import receipts_response
+    from raft_queue.server.receipt_results import receipts_response
 
     forwarded_ok = queue_pb2.ReceiptResult(receipt="r2", ok=True)
     forwarded_bad = queue_pb2.ReceiptResult(receipt="r3", ok=False, error="x")

@@ -272,16 +272,18 @@ class AckRequest(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., receipts: _Optional[_Iterable[str]] = ..., failures_only: _Optional[bool] = ...) -> None: ...
 
 class NackRequest(_message.Message):
-    __slots__ = ("queue", "receipts", "delay_ms", "failures_only")
+    __slots__ = ("queue", "receipts", "delay_ms", "release", "failures_only")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     RECEIPTS_FIELD_NUMBER: _ClassVar[int]
     DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
     FAILURES_ONLY_FIELD_NUMBER: _ClassVar[int]
     queue: str
     receipts: _containers.RepeatedScalarFieldContainer[str]
     delay_ms: int
+    release: bool
     failures_only: bool
-    def __init__(self, queue: _Optional[str] = ..., receipts: _Optional[_Iterable[str]] = ..., delay_ms: _Optional[int] = ..., failures_only: _Optional[bool] = ...) -> None: ...
+    def __init__(self, queue: _Optional[str] = ..., receipts: _Optional[_Iterable[str]] = ..., delay_ms: _Optional[int] = ..., release: _Optional[bool] = ..., failures_only: _Optional[bool] = ...) -> None: ...
 
 class ChangeVisibilityRequest(_message.Message):
     __slots__ = ("queue", "receipts", "visibility_ms", "failures_only")

@@ -1,0 +1,109 @@
+"""Lingering leases (server/lingering.py) on a 3-node cluster: a consumer that
+comes back quickly finds the messages sent while it was away already leased
+to it, in the Append's own Raft entry; a lingering lease nobody takes up is
+undone, the messages' receive counts and histories as if it never was.
+
+The window is 1.5 s here (50 ms by default) so the steps below are not a
+race against the clock of a loaded machine.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raft_queue.errors import InvalidArgument
+from raft_queue.testing.cluster import LocalCluster
+from tests.integration.conftest import wait_for
+
+pytestmark = pytest.mark.integration
+
+WINDOW_MS = 1500
+
+
+@pytest.fixture(scope="module")
+def lingering(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    base: Path = tmp_path_factory.mktemp("lingering")
+    with LocalCluster(base / "cluster", nodes=3, limits={"receive_linger_ms": WINDOW_MS}) as c:
+        c.start()
+        c.wait_ready(60)
+        yield c
+
+
+def make_queue(c: LocalCluster, name: str) -> Any:
+    client = c.client()
+    client.create_queue(name, partitions=1, replication_factor=3)
+    wait_for(lambda: client.partitions(name)[0].leader != "", timeout_s=30)
+    return client
+
+
+def test_a_quick_consumer_finds_what_was_sent_meanwhile_already_leased(
+    lingering: LocalCluster,
+) -> None:
+    client = make_queue(lingering, "quick")
+    client.send_batch("quick", [b"m0", b"m1"])
+    first = client.receive("quick", max_messages=1, wait_ms=1000, consumer="c")
+    # Back within the window: this Receive leaves a lingering lease behind.
+    second = client.receive("quick", max_messages=1, wait_ms=1000, consumer="c")
+    assert [m.body for m in first + second] == [b"m0", b"m1"]
+    client.send("quick", b"m2")
+    time.sleep(0.3)
+    asked_ms = int(time.time() * 1000)
+    got = client.receive("quick", max_messages=10, wait_ms=1000, consumer="c")
+    assert [m.body for m in got] == [b"m2"]
+    assert got[0].receive_count == 1
+    # Leased with its Append (in the same Raft entry), before this Receive
+    # was even sent; without the lingering lease it is leased after.
+    (lease,) = client.get_history("quick", got[0].partition, got[0].offset).deliveries
+    assert lease.consumer == "c"
+    assert lease.time_ms < asked_ms - 100
+    assert all(r.ok for r in client.ack("quick", first + second + got))
+
+
+def test_a_lingering_lease_not_taken_up_is_undone(lingering: LocalCluster) -> None:
+    client = make_queue(lingering, "undone")
+    client.send_batch("undone", [b"m0", b"m1"])
+    client.receive("undone", max_messages=1, wait_ms=1000, consumer="gone")
+    client.receive("undone", max_messages=1, wait_ms=1000, consumer="gone")
+    sent = client.send("undone", b"m2")  # leased to "gone"'s lingering lease
+    assert client.receive("undone", max_messages=10, wait_ms=0, consumer="other") == []
+    t0 = time.monotonic()
+    got = client.receive("undone", max_messages=10, wait_ms=5000, consumer="other")
+    assert [m.body for m in got] == [b"m2"]
+    assert time.monotonic() - t0 < WINDOW_MS / 1000 + 2  # given back, not timed out (30 s)
+    # As if "gone" never had it: one receive, by "other".
+    assert got[0].receive_count == 1
+    history = client.get_history("undone", sent.partition, sent.offset)
+    assert [d.consumer for d in history.deliveries] == ["other"]
+
+
+def test_a_receive_with_another_visibility_does_not_take_it_up(lingering: LocalCluster) -> None:
+    client = make_queue(lingering, "vis")
+    client.send_batch("vis", [b"m0", b"m1"])
+    client.receive("vis", max_messages=1, wait_ms=1000, consumer="c")
+    client.receive("vis", max_messages=1, wait_ms=1000, consumer="c")
+    client.send("vis", b"m2")
+    got = client.receive("vis", max_messages=10, visibility_ms=5000, wait_ms=5000, consumer="c")
+    assert [m.body for m in got] == [b"m2"]
+    assert got[0].receive_count == 1  # undone, then leased for 5 s
+    history = client.get_history("vis", got[0].partition, got[0].offset)
+    assert [d.deadline_ms - d.time_ms for d in history.deliveries] == [5000]
+
+
+def test_nack_with_release_undoes_the_lease(lingering: LocalCluster) -> None:
+    client = make_queue(lingering, "release")
+    sent = client.send("release", b"m0")
+    got = client.receive("release", max_messages=1, consumer="prefetch")
+    with pytest.raises(InvalidArgument, match="delay_ms"):
+        client.nack("release", got, delay_ms=10, release=True)
+    assert [r.ok for r in client.nack("release", got, release=True)] == [True]
+    history = client.get_history("release", sent.partition, sent.offset)
+    assert (history.state, history.receive_count, history.deliveries) == ("queued", 0, ())
+    # The undone lease's receipt is stale; the message is leased afresh.
+    assert [r.ok for r in client.ack("release", got)] == [False]
+    again = client.receive("release", max_messages=1, consumer="worker")
+    assert [(m.body, m.receive_count) for m in again] == [(b"m0", 1)]
