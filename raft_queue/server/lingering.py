@@ -94,18 +94,20 @@ class Lingering:
     def returned(
         self,
         key: Key,
+        arrived: float,
         max_n: int,
         visibility_ms: int,
         local: list[tuple[int, PartitionReplica]],
         kept: Linger | None,
     ) -> None:
-        """A Receive of ``key`` returns messages: linger on the partitions
-        in ``local`` (led here), if the consumer came back quickly last
-        time. ``kept``: what the Receive took up and did not use."""
+        """A Receive of ``key`` that arrived at ``arrived`` (loop time)
+        returns messages: linger on the partitions in ``local`` (led here)
+        if it arrived within the window after the consumer's previous
+        Receive with messages returned (a long poll that then waited still
+        counts as quick). ``kept``: what the Receive took up and did not use."""
         loop = asyncio.get_running_loop()
-        now = loop.time()
-        quick = now - self._returned.get(key, -1e9) <= self.window_s
-        self._remember(key, now)
+        quick = arrived - self._returned.get(key, -1e9) <= self.window_s
+        self._remember(key, loop.time())
         if kept is not None and not kept.stands:
             kept = None
         if self.window_s <= 0 or not (quick or kept is not None):
@@ -137,10 +139,3 @@ class Lingering:
             old = now - self.window_s
             self._returned = {k: t for k, t in self._returned.items() if t >= old}
         self._returned[key] = now
-
-    def close(self) -> None:
-        for key in list(self._held):
-            lin = self._held.pop(key)
-            if lin.timer is not None:
-                lin.timer.cancel()
-            self._undo(lin.stands)

@@ -70,7 +70,8 @@ class Receiver:
         visibility = max(visibility, 1)
         wait_ms = convert.check_range(request.wait_ms, 0, self.limits.max_wait_ms, "wait_ms")
         args = (q, request.consumer, max_n, visibility)
-        deadline = asyncio.get_running_loop().time() + wait_ms / 1000
+        arrived = asyncio.get_running_loop().time()
+        deadline = arrived + wait_ms / 1000
         key = (q.name, request.consumer)
         lin = self.lingering.take(key, visibility) if request.consumer else None
         try:
@@ -87,7 +88,7 @@ class Receiver:
             out = out[:max_n]
         if out and request.consumer and (wait_ms or taken_up):
             local, _ = self.c.split_partitions(q.name, q.spec.partitions)
-            self.lingering.returned(key, max_n, visibility, local, lin)
+            self.lingering.returned(key, arrived, max_n, visibility, local, lin)
         elif lin is not None:
             undo(lin.stands)
         return out
