@@ -184,6 +184,22 @@ class Limits:
 
 
 @dataclass(frozen=True, slots=True)
+class SecurityConfig:
+    """``[security]``: the cluster secret every node shares (Raft links,
+    node-to-node RPCs, receipt MACs; see raft_queue/security/). A node without
+    one refuses to start unless ``insecure = true``, which it logs as a
+    warning at every start (docs/security.md).
+    """
+
+    cluster_secret_file: str = ""
+    insecure: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.insecure, bool):
+            raise ConfigError("security.insecure", "must be true or false")
+
+
+@dataclass(frozen=True, slots=True)
 class NodeConfig:
     """One node process. See configs/local-3node.toml for each field's meaning."""
 
@@ -203,6 +219,7 @@ class NodeConfig:
     raft: RaftTuning = field(default_factory=RaftTuning)
     cluster: ClusterTuning = field(default_factory=ClusterTuning)
     limits: Limits = field(default_factory=Limits)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def __post_init__(self) -> None:
         check_name("node_id", self.node_id, error=ConfigError)

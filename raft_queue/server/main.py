@@ -22,6 +22,7 @@ from grpc_reflection.v1alpha import reflection
 
 from raft_queue import config as config_mod
 from raft_queue._proto.raft_queue.v1 import admin_pb2, admin_pb2_grpc, queue_pb2, queue_pb2_grpc
+from raft_queue.security.secret import node_secret
 from raft_queue.server.admin_service import AdminService, registration_loop
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.housekeeping import Housekeeper
@@ -71,7 +72,13 @@ def tune_gc() -> None:
 async def serve(config: config_mod.NodeConfig) -> None:
     loop = asyncio.get_running_loop()
     dial = _dial_from_env()
-    node = Node(config, dial=dial)
+    secret = node_secret(config.security)
+    if secret is None:
+        log.warning(
+            "security.insecure = true: Raft links and node-to-node RPCs are NOT "
+            "authenticated; anyone who reaches this node's ports can join or read it"
+        )
+    node = Node(config, dial=dial, secret=secret)
     await loop.run_in_executor(None, node.start, loop)
     cluster = Cluster(node, Peers(dial))
     server = grpc.aio.server(options=CHANNEL_OPTIONS)

@@ -65,10 +65,15 @@ Wanted = dict[ReplicaKey, tuple[str, list[str]]]
 
 class Node:
     def __init__(
-        self, config: NodeConfig, dial: Callable[[str], str | None] = lambda a: None
+        self,
+        config: NodeConfig,
+        dial: Callable[[str], str | None] = lambda a: None,
+        secret: bytes | None = None,
     ) -> None:
         check_version()
         self.config = config
+        # The cluster secret (security/secret.py); None only with security.insecure.
+        self.secret = secret
         self.id = config.node_id
         self.address = config.advertise_address or f"{config.grpc_host}:{config.grpc_port}"
         self._dial = dial

@@ -52,6 +52,15 @@ def free_block(size: int = PORT_BLOCK) -> int:
     raise RuntimeError("no free port block found")
 
 
+def _toml(value: Any) -> str:
+    """A TOML literal for a str, bool or number (repr() would write True, 'x')."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(value)
+
+
 @dataclass
 class NodeSpec:
     node_id: str
@@ -81,6 +90,9 @@ class LocalCluster:
     cluster_tuning: dict[str, Any] = field(default_factory=dict)
     # [limits] section (Limits): e.g. a long receive_linger_ms to watch lingering leases
     limits: dict[str, Any] = field(default_factory=dict)
+    # [security] section beyond the cluster secret, which every LocalCluster
+    # generates once (base_dir/cluster.secret) and hands to its nodes.
+    security: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     quiet: bool = True
     port_block: int = PORT_BLOCK  # raft ports per node for partition replicas
@@ -120,7 +132,15 @@ class LocalCluster:
         self.write_configs()
         return len(self.specs) - 1
 
+    @property
+    def secret_path(self) -> Path:
+        return self.base_dir / "cluster.secret"
+
     def write_configs(self) -> None:
+        from raft_queue.security.secret import generate_secret_file
+
+        generate_secret_file(self.secret_path)
+        security = {"cluster_secret_file": str(self.secret_path), **self.security}
         voters = [s for s in self.specs if s.controller]
         controllers = [f'"{s.node_id}=127.0.0.1:{s.metadata_port}"' for s in voters]
         seeds = [f'"{s.address}"' for s in voters]
@@ -149,6 +169,9 @@ class LocalCluster:
                 *(f"{k} = {v!r}" for k, v in self.cluster_tuning.items()),
                 *(["", "[limits]"] if self.limits else []),
                 *(f"{k} = {v!r}" for k, v in self.limits.items()),
+                "",
+                "[security]",
+                *(f"{k} = {_toml(v)}" for k, v in security.items()),
             ]
             s.config_path.write_text("\n".join(lines) + "\n")
 
