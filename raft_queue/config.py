@@ -200,6 +200,21 @@ class SecurityConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ApiConfig:
+    """``[api]``: the gRPC door. ``reflection = true`` serves gRPC server
+    reflection (grpcurl can then list and describe QueueService and
+    AdminService); off by default: it hands a stranger the map of every
+    method (docs/security.md). Health checks are always served.
+    """
+
+    reflection: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.reflection, bool):
+            raise ConfigError("api.reflection", "must be true or false")
+
+
+@dataclass(frozen=True, slots=True)
 class NodeConfig:
     """One node process. See configs/local-3node.toml for each field's meaning."""
 
@@ -220,6 +235,7 @@ class NodeConfig:
     cluster: ClusterTuning = field(default_factory=ClusterTuning)
     limits: Limits = field(default_factory=Limits)
     security: SecurityConfig = field(default_factory=SecurityConfig)
+    api: ApiConfig = field(default_factory=ApiConfig)
 
     def __post_init__(self) -> None:
         check_name("node_id", self.node_id, error=ConfigError)

@@ -72,6 +72,11 @@ class OutcomeUnknown(QueueError):
     retryable = True
 
 
+class Unauthenticated(QueueError):
+    """The caller did not prove who it is: a node-to-node call without a valid
+    node signature (or, for clients, without a valid token)."""
+
+
 class OutOfRange(QueueError):
     """Read below the earliest retained offset (as Kafka's OffsetOutOfRange)."""
 

@@ -58,7 +58,7 @@ class DurableMetaStorer(MetaStorer):
         super().__init__(f"{journal_path}.meta")
         path = f"{journal_path}.vote"
         fresh = not os.path.exists(path)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         if fresh:
             os.ftruncate(self._fd, 2 * self.SLOT)
             os.fsync(self._fd)

@@ -36,7 +36,7 @@ class MetadataReplica(ReplicatedGroup):
         dial: Callable[[str], str | None] = lambda a: None,
         on_change: Callable[[], None] = lambda: None,
     ) -> None:
-        os.makedirs(data_dir, exist_ok=True)
+        os.makedirs(data_dir, mode=0o700, exist_ok=True)  # private: docs/security.md
         self.machine = meta.MetadataMachine()
         self._on_change = on_change
         conf = make_conf(

@@ -105,7 +105,7 @@ class PartitionReplica(ReplicatedGroup):
         log_compaction_min_entries: int = 20000,
         durability: str = "",
     ) -> None:
-        os.makedirs(data_dir, exist_ok=True)
+        os.makedirs(data_dir, mode=0o700, exist_ok=True)  # private: docs/security.md
         self.durability = durability or ("fsync" if fsync else "quorum")
         fsync = self.durability == "fsync"
         self.data_dir = data_dir

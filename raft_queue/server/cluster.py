@@ -19,6 +19,7 @@ from raft_queue._proto.raft_queue.v1 import admin_pb2, queue_pb2
 from raft_queue.replication.partition import PartitionReplica
 from raft_queue.server.node import Node
 from raft_queue.server.peers import Peers
+from raft_queue.server.receipts import Receipts
 from raft_queue.server.wakeups import Wakeups
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,7 @@ class Cluster:
         self.peers = peers
         self.timeout_s = timeout_s
         self.routes: dict[tuple[str, int], str] = {}
+        self.receipts = Receipts(node.secret)  # makes and checks receipt strings
         self._rr = itertools.count()
 
     @property
@@ -169,7 +171,7 @@ class Cluster:
 
         async def ask(n: Any) -> Any:
             req = admin_pb2.NodeStatusRequest(include_digests=include_digests)
-            return await self.peers.admin(n.address).NodeStatus(req, timeout=3.0)
+            return await self.peers.node(n.address).NodeStatus(req, timeout=3.0)
 
         answers = await asyncio.gather(*(ask(n) for n in others), return_exceptions=True)
         unreachable = []

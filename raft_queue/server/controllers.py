@@ -65,10 +65,10 @@ def load_role(config: Any, bootstrap: dict[str, str]) -> Role:
 
 def save_role(config: Any, role: Role) -> None:
     """Write the role durably (temporary file, fsync, rename, fsync the dir)."""
-    os.makedirs(config.data_dir, exist_ok=True)
+    os.makedirs(config.data_dir, mode=0o700, exist_ok=True)
     path = os.path.join(config.data_dir, ROLE_FILE)
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         json.dump({"voter": role.voter, "peers": role.peers}, f, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from itertools import repeat
 from typing import Any
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.config import QueueSpec
-from raft_queue.core.commands import MAX_REQUEST_ID_BYTES, NewRecord, PartitionConfig, ReceiptRun
+from raft_queue.core.commands import MAX_REQUEST_ID_BYTES, NewRecord, PartitionConfig
 from raft_queue.core.records import plain_blob, to_blob
 from raft_queue.core.results import LeaseResult
 from raft_queue.core.segments import HAS_DEDUP, HAS_KEY, Segment, Summary, summarize
-from raft_queue.core.wire import U32_MAX, U64_MAX
+from raft_queue.server.receipts import Receipts
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 MAX_DEDUP_ID = 128
@@ -208,24 +207,29 @@ def message_pb(queue: str, partition: int, rec: Any, receipt: str = "", count: i
     )
 
 
-def lease_messages(queue: str, partition: int, uid: int, result: LeaseResult) -> list[Any]:
-    """The Messages (with receipts) of a Lease's result: one per leased
-    record, in offset order. Records of a segment without keys, dedup ids
-    and headers are sliced straight out of it (the bulk of a drain)."""
+def lease_messages(
+    queue: str, partition: int, uid: int, result: LeaseResult, receipts: Receipts
+) -> list[Any]:
+    """The Messages (with receipts, made by ``receipts``) of a Lease's result:
+    one per leased record, in offset order. Records of a segment without
+    keys, dedup ids and headers are sliced straight out of it (the bulk of a
+    drain)."""
     out: list[Any] = []
     add = out.append
     message = queue_pb2.Message
     for span in result.spans:
         seg = Segment(span.base, span.segment)
         i = span.offset - span.base
-        head = f"{uid}:{partition}:"
-        tail = f":{span.epoch}"
+        handles = receipts.span(queue, uid, partition, span.offset, span.count, span.epoch)
         count, ts = span.receive_count, seg.timestamp_ms
         if seg.flags:
-            for rec in seg.records(i, i + span.count):
-                add(message_pb(queue, partition, rec, f"{head}{rec.offset}{tail}", count))
+            for rec, receipt in zip(seg.records(i, i + span.count), handles, strict=True):
+                add(message_pb(queue, partition, rec, receipt, count))
             continue
-        for offset, body in enumerate(seg.bodies(i, i + span.count), span.offset):
+        bodies = seg.bodies(i, i + span.count)
+        for offset, body, receipt in zip(
+            range(span.offset, span.offset + span.count), bodies, handles, strict=True
+        ):
             add(
                 message(
                     queue=queue,
@@ -233,113 +237,11 @@ def lease_messages(queue: str, partition: int, uid: int, result: LeaseResult) ->
                     offset=offset,
                     body=body,
                     timestamp_ms=ts,
-                    receipt=f"{head}{offset}{tail}",
+                    receipt=receipt,
                     receive_count=count,
                 )
             )
     return out
-
-
-# Receipts: "<queue uid>:<partition>:<offset>:<lease epoch>". The uid makes a
-# receipt of a deleted-and-recreated queue invalid.
-def encode_receipt(uid: int, partition: int, offset: int, epoch: int) -> str:
-    return f"{uid}:{partition}:{offset}:{epoch}"
-
-
-class PartReceipts:
-    """The receipts of one partition in a request: their indexes in the
-    request, and as ``ReceiptRun``s (consecutive offsets of one epoch merged,
-    order kept), which is how commands carry them."""
-
-    __slots__ = ("indexes", "_runs")
-
-    def __init__(self) -> None:
-        self.indexes: list[int] = []
-        self._runs: list[list[int]] = []  # [start, count, epoch]
-
-    def add(self, i: int, offset: int, epoch: int) -> None:
-        self.indexes.append(i)
-        runs = self._runs
-        if runs:
-            last = runs[-1]
-            if last[2] == epoch and last[0] + last[1] == offset:
-                last[1] += 1
-                return
-        runs.append([offset, 1, epoch])
-
-    def add_run(self, n: int, offset: int, epoch: int) -> None:
-        """The next ``n`` receipts of the request: offsets ``offset ..``, one epoch."""
-        start = len(self.indexes) and self.indexes[-1] + 1
-        self.indexes.extend(range(start, start + n))
-        self._runs.append([offset, n, epoch])
-
-    def runs(self) -> tuple[ReceiptRun, ...]:
-        return tuple(ReceiptRun(s, n, e) for s, n, e in self._runs)
-
-
-def receipts_by_partition(
-    receipts: Sequence[str], uid: int, partitions: int
-) -> dict[int, PartReceipts]:
-    """Every receipt parsed and checked (InvalidArgument ``receipts[i]`` at
-    the first bad one, before anything is applied), grouped by partition."""
-    bulk = _one_partition(receipts, uid, partitions)
-    if bulk is not None:
-        return bulk
-    by_part: dict[int, PartReceipts] = {}
-    for i, receipt in enumerate(receipts):
-        try:
-            ruid, part, offset, epoch = map(int, receipt.split(":"))
-        except ValueError:
-            raise errors.InvalidArgument(
-                f"receipts[{i}]", f"{receipt!r} is not a receipt"
-            ) from None
-        if ruid != uid:
-            raise errors.InvalidArgument(
-                f"receipts[{i}]", "receipt is from another queue (or a deleted one)"
-            )
-        if not 0 <= part < partitions:
-            raise errors.InvalidArgument(
-                f"receipts[{i}]", f"{receipt!r} names no partition of this queue"
-            )
-        if not (0 <= offset <= U64_MAX and 0 < epoch <= U32_MAX):
-            raise errors.InvalidArgument(f"receipts[{i}]", f"{receipt!r} is not a receipt")
-        entry = by_part.get(part)
-        if entry is None:
-            entry = by_part[part] = PartReceipts()
-        entry.add(i, offset, epoch)
-    return by_part
-
-
-def _one_partition(
-    receipts: Sequence[str], uid: int, partitions: int
-) -> dict[int, PartReceipts] | None:
-    """``receipts_by_partition`` for the usual ack (every receipt good, all
-    of one partition), parsed in bulk by C loops; None for anything else
-    (the receipt-by-receipt path then names the bad one)."""
-    n = len(receipts)
-    if not n or list(map(str.count, receipts, repeat(":", n))).count(3) != n:
-        return None
-    try:
-        ints = list(map(int, ":".join(receipts).split(":")))
-    except ValueError:
-        return None
-    part, offsets, epochs = ints[1], ints[2::4], ints[3::4]
-    if (
-        ints[0::4].count(uid) != n
-        or ints[1::4].count(part) != n
-        or not 0 <= part < partitions
-        or not (min(offsets) >= 0 and max(offsets) <= U64_MAX)
-        or not (min(epochs) > 0 and max(epochs) <= U32_MAX)
-    ):
-        return None
-    entry = PartReceipts()
-    first = offsets[0]
-    if epochs.count(epochs[0]) == n and offsets == list(range(first, first + n)):
-        entry.add_run(n, first, epochs[0])  # one lease's receipts, in order
-    else:
-        for i, (offset, epoch) in enumerate(zip(offsets, epochs, strict=True)):
-            entry.add(i, offset, epoch)
-    return {part: entry}
 
 
 def check_range(value: int, lo: int, hi: int, field: str) -> int:

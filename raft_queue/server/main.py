@@ -2,7 +2,8 @@
 
 Starts the Raft driver, the metadata replica, the reconciler, the
 registration heartbeat, housekeeping (retention, dead letters) and the
-grpc.aio server (QueueService, AdminService, grpc.health.v1, reflection).
+grpc.aio server (QueueService, AdminService, NodeService, grpc.health.v1,
+and reflection when ``[api] reflection = true``).
 SIGTERM / SIGINT stop it cleanly: gRPC first (in-flight calls get 2 s), then
 every Raft group (journals flushed).
 """
@@ -18,18 +19,26 @@ from collections.abc import Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from raft_queue import config as config_mod
-from raft_queue._proto.raft_queue.v1 import admin_pb2, admin_pb2_grpc, queue_pb2, queue_pb2_grpc
+from raft_queue._proto.raft_queue.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    node_pb2_grpc,
+    queue_pb2,
+    queue_pb2_grpc,
+)
+from raft_queue.security.files import private_files
 from raft_queue.security.secret import node_secret
-from raft_queue.server.admin_service import AdminService, registration_loop
+from raft_queue.server.admin_service import AdminService
+from raft_queue.server.api import door
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.housekeeping import Housekeeper
 from raft_queue.server.liveness import Liveness
 from raft_queue.server.metadata_follower import follow_metadata
 from raft_queue.server.mover import Mover
 from raft_queue.server.node import Node
+from raft_queue.server.node_service import NodeService, registration_loop
 from raft_queue.server.operations import Operations
 from raft_queue.server.peers import CHANNEL_OPTIONS, Peers
 from raft_queue.server.queue_service import QueueService
@@ -78,25 +87,26 @@ async def serve(config: config_mod.NodeConfig) -> None:
             "security.insecure = true: Raft links and node-to-node RPCs are NOT "
             "authenticated; anyone who reaches this node's ports can join or read it"
         )
+    private_files(config.data_dir)  # umask 077, data dir 0700 (security/files.py)
     node = Node(config, dial=dial, secret=secret)
     await loop.run_in_executor(None, node.start, loop)
-    cluster = Cluster(node, Peers(dial))
-    server = grpc.aio.server(options=CHANNEL_OPTIONS)
+    cluster = Cluster(node, Peers(dial, signer=door.node_signer(secret, node.id)))
+    server = grpc.aio.server(options=CHANNEL_OPTIONS, interceptors=door.interceptors(secret))
     queue_service = QueueService(cluster)
     queue_pb2_grpc.add_QueueServiceServicer_to_server(queue_service, server)
     liveness = Liveness(node, config.cluster)
     mover = Mover(cluster, config.cluster)
     admin = AdminService(cluster, liveness, Operations(cluster, mover))
     admin_pb2_grpc.add_AdminServiceServicer_to_server(admin, server)
+    node_pb2_grpc.add_NodeServiceServicer_to_server(NodeService(cluster, liveness), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (
         queue_pb2.DESCRIPTOR.services_by_name["QueueService"].full_name,
         admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
         health.SERVICE_NAME,
-        reflection.SERVICE_NAME,
     )
-    reflection.enable_server_reflection(names, server)
+    door.maybe_reflection(config.api, server, names)
     server.add_insecure_port(f"{config.grpc_host}:{config.grpc_port}")
     await server.start()
     for name in ("", *names[:2]):

@@ -9,7 +9,7 @@ recorded voters, then the leader address each answer carries. It also runs
 on voters: it idles while the node has its own metadata replica, and
 serves a voter removed from the group (server/controllers.py) or one still
 catching up after being added. The metadata leader learns about the
-node from its heartbeats (``admin_service.registration_loop``), as for any
+node from its heartbeats (``node_service.registration_loop``), as for any
 node. Chosen over a pysyncobj non-voting member, which 0.3.17 does not have.
 """
 
@@ -38,7 +38,7 @@ async def follow_metadata(cluster: Any, period_s: float = 0.3) -> None:
         k += 1
         try:
             req = admin_pb2.GetMetadataRequest(known_version=node.view.version)
-            ans = await cluster.peers.admin(address).GetMetadata(req, timeout=3.0)
+            ans = await cluster.peers.node(address).GetMetadata(req, timeout=3.0)
             node.metadata_leader_hint = ans.leader_address
             if ans.image and ans.version > node.view.version:
                 node.adopt_view(meta.MetadataMachine.from_bytes(ans.image))

@@ -222,7 +222,7 @@ class Mover:
         while not self._cancelled(move):
             address = self.node.node_address(move.to.node_id)
             try:
-                st = await self.c.peers.admin(address).NodeStatus(
+                st = await self.c.peers.node(address).NodeStatus(
                     admin_pb2.NodeStatusRequest(), timeout=3.0
                 )
                 if any(r.queue == move.queue and r.partition == move.partition
@@ -271,7 +271,7 @@ class Mover:
         )  # fmt: skip
         if node_id == self.node.id:
             return await member_change(self.node, req)
-        stub = self.c.peers.admin(self.node.node_address(node_id))
+        stub = self.c.peers.node(self.node.node_address(node_id))
         return await stub.MemberChange(req, timeout=RPC_TIMEOUT_S)
 
     async def _submit(self, cmd: Any) -> Any:

@@ -1,23 +1,37 @@
 """Node-to-node gRPC: channels to other nodes and one-hop forwarding.
 
 A request for a partition led elsewhere is forwarded to the leader's node
-with the metadata ``raftq-forwarded: 1``; a forwarded request is never
+with the metadata ``raftq-forwarded: 1`` and this node's signature (the
+receiver honours the marker only when signed: server/api/node_identity.py);
+a forwarded request is never
 forwarded again (one hop), so a stale route ends in NotLeader for the client,
 which re-routes. Remote errors pass through unchanged (code, details,
 trailers).
+
+Node-to-node calls (NodeService) and forwards are signed here and only here:
+every stub that reaches another node comes from ``Peers``.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 import grpc
 
-from raft_queue._proto.raft_queue.v1 import admin_pb2_grpc, queue_pb2_grpc
+from raft_queue._proto.raft_queue.v1 import admin_pb2_grpc, queue_pb2, queue_pb2_grpc
 from raft_queue.errors import Unavailable
+from raft_queue.security.node_identity import NodeSigner
+from raft_queue.server.api.node_identity import (
+    FORWARDED_KEY,
+    QUEUE_SERVICE,
+    NodeStub,
+    SignedCall,
+    response_class,
+)
 
-FORWARDED = ("raftq-forwarded", "1")
+FORWARDED = (FORWARDED_KEY, "1")
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
@@ -39,9 +53,19 @@ class RemoteError(Exception):
 class Peers:
     """Channels to other nodes by gRPC address (asyncio thread only)."""
 
-    def __init__(self, dial: Callable[[str], str | None] = lambda a: None) -> None:
+    def __init__(
+        self,
+        dial: Callable[[str], str | None] = lambda a: None,
+        signer: NodeSigner | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._dial = dial
+        # Signs NodeService calls and forwards; None on an insecure node.
+        self._signer = signer
+        self._clock = clock
+        self._nodes: dict[str, NodeStub] = {}
+        self._forwards: dict[tuple[str, str], SignedCall] = {}
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         ch = self._channels.get(address)
@@ -57,11 +81,33 @@ class Peers:
     def admin(self, address: str) -> admin_pb2_grpc.AdminServiceStub:
         return admin_pb2_grpc.AdminServiceStub(self._channel(address))
 
+    def node(self, address: str) -> NodeStub:
+        """NodeService on ``address``, every call signed by this node."""
+        stub = self._nodes.get(address)
+        if stub is None:
+            stub = NodeStub(self._channel(address), self._signer, self._clock)
+            self._nodes[address] = stub
+        return stub
+
+    def _forward_call(self, address: str, method: str) -> SignedCall:
+        call = self._forwards.get((address, method))
+        if call is None:
+            service = queue_pb2.DESCRIPTOR.services_by_name["QueueService"]
+            call = SignedCall(
+                self._channel(address),
+                QUEUE_SERVICE + method,
+                response_class(service, method),
+                self._signer,
+                self._clock,
+            )
+            self._forwards[(address, method)] = call
+        return call
+
     async def forward(self, address: str, method: str, request: Any, timeout_s: float) -> Any:
         """Call QueueService.``method`` on ``address`` as a forwarded request."""
         if not address:
             raise Unavailable("no leader known for this request yet")
-        call = getattr(self.queue(address), method)
+        call = self._forward_call(address, method)
         try:
             return await call(request, timeout=timeout_s, metadata=(FORWARDED,))
         except grpc.aio.AioRpcError as err:
@@ -71,6 +117,8 @@ class Peers:
         for ch in self._channels.values():
             await ch.close()
         self._channels.clear()
+        self._nodes.clear()
+        self._forwards.clear()
 
 
 async def abort_remote(context: grpc.aio.ServicerContext, exc: RemoteError) -> None:

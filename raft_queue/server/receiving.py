@@ -36,6 +36,7 @@ from raft_queue.server import convert
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.lingering import Linger, Lingering, Stand
 from raft_queue.server.peers import RemoteError
+from raft_queue.server.receipts import PartReceipts, Receipts
 from raft_queue.server.sending import now_ms
 
 # A waiting Receive re-checks which partitions this node leads at least this
@@ -116,7 +117,7 @@ class Receiver:
         except BaseException:
             undo(stands)
             raise
-        return _messages(q, _withdraw(stands, keep=True))
+        return _messages(q, _withdraw(stands, keep=True), self.c.receipts)
 
     async def _round(self, q: Any, consumer: str, max_n: int, visibility: int) -> list[Any]:
         """One immediate attempt: local leaders, then the other leader nodes."""
@@ -258,7 +259,7 @@ class Receiver:
         finally:
             waker.cancel()
         claimed = _withdraw(stands, keep=True)
-        return _messages(q, claimed), not claimed
+        return _messages(q, claimed, self.c.receipts), not claimed
 
     async def _lease_local(
         self, q: Any, consumer: str, max_n: int, visibility: int, out: list[Any]
@@ -278,7 +279,7 @@ class Receiver:
                     res = await _submit_lease(replica, lease, self.c.timeout_s)
                 except errors.QueueError:
                     continue  # lost leadership or timed out: other partitions still serve
-                out.extend(convert.lease_messages(q.name, part, q.uid, res))
+                out.extend(convert.lease_messages(q.name, part, q.uid, res, self.c.receipts))
         except asyncio.CancelledError:
             if out:
                 asyncio.ensure_future(self.give_back(q, list(out)))
@@ -302,10 +303,11 @@ class Receiver:
         q = self.c.node.queue_spec(request.queue)
         if not request.receipts:
             raise errors.InvalidArgument("receipts", "at least one receipt is required")
-        by_part = convert.receipts_by_partition(request.receipts, q.uid, q.spec.partitions)
+        # MACs and fields checked before anything is proposed (server/receipts.py)
+        by_part = self.c.receipts.parse(q.name, request.receipts, q.uid, q.spec.partitions)
         results: list[Any] = [None] * len(request.receipts)
 
-        async def one(part: int, items: convert.PartReceipts) -> None:
+        async def one(part: int, items: PartReceipts) -> None:
             replica = self.c.local_leader(q.name, part, forwarded)
             if replica is not None:
                 res = await self.c.submit(replica, make(items.runs(), now_ms()))
@@ -398,8 +400,9 @@ def _withdraw(stands: list[Stand], keep: bool) -> list[tuple[int, Any]]:
     return kept
 
 
-def _messages(q: Any, claimed: list[tuple[int, Any]]) -> list[Any]:
-    return [m for part, res in claimed for m in convert.lease_messages(q.name, part, q.uid, res)]
+def _messages(q: Any, claimed: list[tuple[int, Any]], receipts: Receipts) -> list[Any]:
+    lease_messages = convert.lease_messages
+    return [m for part, res in claimed for m in lease_messages(q.name, part, q.uid, res, receipts)]
 
 
 def _until_due_s(replicas: list[PartitionReplica]) -> float:

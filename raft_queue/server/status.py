@@ -12,12 +12,19 @@ map):
 
 - ``raftq-error``: the QueueError class name (``Internal`` for anything else);
 - ``raftq-field``: the offending field, for ``InvalidArgument`` and subclasses;
-- ``raftq-leader``: the leader's gRPC address, for ``NotLeader`` when known.
+- ``raftq-leader``: the leader's gRPC address, for ``NotLeader`` when known;
+- ``raftq-error-id``: for INTERNAL, the id under which the node logged it.
+
+INTERNAL answers never carry exception text or a traceback (they can hold
+paths, keys, library internals): the details are a fixed sentence with an
+error id, and the node logs the exception with its traceback under that id,
+so an operator given the id finds the cause (as Stripe's request ids).
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 from typing import NoReturn
 
 import grpc
@@ -29,6 +36,7 @@ log = logging.getLogger(__name__)
 ERROR_KEY = "raftq-error"
 FIELD_KEY = "raftq-field"
 LEADER_KEY = "raftq-leader"
+ERROR_ID_KEY = "raftq-error-id"
 
 Trailers = tuple[tuple[str, str], ...]
 
@@ -45,6 +53,7 @@ STATUS_CODES: dict[type[errors.QueueError], grpc.StatusCode] = {
     errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
     errors.OutcomeUnknown: grpc.StatusCode.UNAVAILABLE,
     errors.OutOfRange: grpc.StatusCode.OUT_OF_RANGE,
+    errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     errors.ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.Internal: grpc.StatusCode.INTERNAL,
     # A server running against the wrong dependency version cannot serve until
@@ -67,42 +76,59 @@ def _code_for(exc: errors.QueueError) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
-def to_status(exc: BaseException) -> tuple[grpc.StatusCode, str, Trailers]:
+def internal_details(error_id: str) -> str:
+    """The fixed text of every INTERNAL answer."""
+    return f"internal error (error id {error_id or 'none'}); the node's log has the details"
+
+
+def to_status(exc: BaseException, error_id: str = "") -> tuple[grpc.StatusCode, str, Trailers]:
     """Map an exception to ``(code, details, trailing_metadata)``.
 
     ``details`` is the error's message (for InvalidArgument it starts with the
-    field name). A non-QueueError is a bug: INTERNAL, named ``Internal``.
-    Pure: no logging, so it can be used to build statuses ahead of time.
+    field name), except for INTERNAL (any non-QueueError is a bug, named
+    ``Internal``): the fixed ``internal_details(error_id)``, never the
+    exception's text. Pure: no logging, so it can be used to build statuses
+    ahead of time.
     """
     if not isinstance(exc, errors.QueueError):
-        details = f"internal error: {type(exc).__name__}: {exc}"
-        return grpc.StatusCode.INTERNAL, details, ((ERROR_KEY, "Internal"),)
+        return _internal("Internal", error_id)
+    code = _code_for(exc)
+    if code == grpc.StatusCode.INTERNAL:
+        return _internal(type(exc).__name__, error_id)
     trailers: list[tuple[str, str]] = [(ERROR_KEY, type(exc).__name__)]
     if isinstance(exc, errors.InvalidArgument):
         trailers.append((FIELD_KEY, _ascii(exc.field)))
     if isinstance(exc, errors.NotLeader) and exc.leader:
         trailers.append((LEADER_KEY, _ascii(exc.leader)))
-    return _code_for(exc), exc.message, tuple(trailers)
+    return code, exc.message, tuple(trailers)
 
 
-def _log_unexpected(exc: BaseException, code: grpc.StatusCode) -> None:
-    """Internal errors are bugs: keep their traceback in the node's log."""
-    if code == grpc.StatusCode.INTERNAL:
-        log.error("internal error answered as INTERNAL", exc_info=exc)
+def _internal(name: str, error_id: str) -> tuple[grpc.StatusCode, str, Trailers]:
+    trailers = ((ERROR_KEY, name), *(((ERROR_ID_KEY, error_id),) if error_id else ()))
+    return grpc.StatusCode.INTERNAL, internal_details(error_id), trailers
+
+
+def _status_logged(exc: BaseException) -> tuple[grpc.StatusCode, str, Trailers]:
+    """``to_status``; an INTERNAL one is a bug: logged with its traceback
+    under a fresh error id, which the answer carries instead of the text."""
+    code, details, trailers = to_status(exc)
+    if code != grpc.StatusCode.INTERNAL:
+        return code, details, trailers
+    error_id = secrets.token_hex(6)
+    log.error("internal error %s answered as INTERNAL", error_id, exc_info=exc)
+    return to_status(exc, error_id)
 
 
 async def abort_with(context: grpc.aio.ServicerContext, exc: BaseException) -> NoReturn:
     """End the current grpc.aio call with the status for ``exc``. Never returns."""
-    code, details, trailers = to_status(exc)
-    _log_unexpected(exc, code)
+    code, details, trailers = _status_logged(exc)
     await context.abort(code, details, trailers)
     raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 
 
 def abort_with_sync(context: grpc.ServicerContext, exc: BaseException) -> NoReturn:
     """The same for a thread-pool (``grpc.server``) servicer, as used by test fakes."""
-    code, details, trailers = to_status(exc)
-    _log_unexpected(exc, code)
+    code, details, trailers = _status_logged(exc)
     context.set_trailing_metadata(trailers)
     context.abort(code, details)
     raise AssertionError("unreachable: context.abort raises")  # pragma: no cover

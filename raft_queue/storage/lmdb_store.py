@@ -281,7 +281,7 @@ class LmdbStore:
         return self._closed
 
     def _open(self) -> None:
-        self._path.mkdir(parents=True, exist_ok=True)
+        self._path.mkdir(mode=0o700, parents=True, exist_ok=True)
         with _LMDB_ERRORS:
             self._env = lmdb.open(
                 str(self._path),
@@ -291,6 +291,7 @@ class LmdbStore:
                 sync=False,
                 metasync=False,
                 lock=True,
+                mode=0o600,  # data.mdb / lock.mdb readable by the node's user only
             )
             dbs = {name: self._env.open_db(name.encode()) for name in self._names}
             self._meta_db = self._env.open_db(META_TABLE.encode())

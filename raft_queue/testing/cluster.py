@@ -61,6 +61,21 @@ def _toml(value: Any) -> str:
     return repr(value)
 
 
+def _private_dir(path: Path) -> None:
+    """``path`` and any parent it creates: 0700 (node data, configs and logs
+    are the cluster's own: docs/security.md)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)
+
+
+def _private_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` (mode 0600, also if it existed)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
 @dataclass
 class NodeSpec:
     node_id: str
@@ -93,6 +108,8 @@ class LocalCluster:
     # [security] section beyond the cluster secret, which every LocalCluster
     # generates once (base_dir/cluster.secret) and hands to its nodes.
     security: dict[str, Any] = field(default_factory=dict)
+    # [api] section (ApiConfig): e.g. reflection = True
+    api: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     quiet: bool = True
     port_block: int = PORT_BLOCK  # raft ports per node for partition replicas
@@ -146,9 +163,9 @@ class LocalCluster:
         seeds = [f'"{s.address}"' for s in voters]
         raft = {"election_timeout_min_s": 0.8, "election_timeout_max_s": 1.6, **self.raft}
         for i, s in enumerate(self.specs):
-            s.dir.mkdir(parents=True, exist_ok=True)
+            _private_dir(s.dir)
             advertise = self.advertise[i] if i < len(self.advertise) else ""
-            (s.dir / "ports").write_text(f"{s.grpc_port} {s.metadata_port} {s.raft_port_min}")
+            _private_write(s.dir / "ports", f"{s.grpc_port} {s.metadata_port} {s.raft_port_min}")
             lines = [
                 f'node_id = "{s.node_id}"',
                 f'data_dir = "{s.dir / "data"}"',
@@ -172,8 +189,10 @@ class LocalCluster:
                 "",
                 "[security]",
                 *(f"{k} = {_toml(v)}" for k, v in security.items()),
+                *(["", "[api]"] if self.api else []),
+                *(f"{k} = {_toml(v)}" for k, v in self.api.items()),
             ]
-            s.config_path.write_text("\n".join(lines) + "\n")
+            _private_write(s.config_path, "\n".join(lines) + "\n")
 
     @property
     def bootstrap(self) -> str:
@@ -189,7 +208,8 @@ class LocalCluster:
         if i in self.procs and self.procs[i].poll() is None:
             return
         s = self.specs[i]
-        log = open(s.dir / "node.log", "ab")  # noqa: SIM115 (owned by the child)
+        fd = os.open(s.dir / "node.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        log = os.fdopen(fd, "ab")  # owned by the child
         env = {**os.environ, **self.env}
         self.procs[i] = subprocess.Popen(
             [sys.executable, "-m", "raft_queue.server.main", "--config", str(s.config_path)],
@@ -199,7 +219,7 @@ class LocalCluster:
             start_new_session=True,
         )
         log.close()
-        (s.dir / "pid").write_text(str(self.procs[i].pid))
+        _private_write(s.dir / "pid", str(self.procs[i].pid))
 
     def running_pid(self, i: int) -> int | None:
         """The pid of node ``i`` if a node process (from any LocalCluster on this

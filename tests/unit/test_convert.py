@@ -14,6 +14,8 @@ from raft_queue.core.partition import PartitionMachine
 from raft_queue.core.results import LeaseResult
 from raft_queue.core.segments import summarize
 from raft_queue.server import convert
+from raft_queue.server import receipts as receipt_strings
+from raft_queue.server.receipts import Receipts
 from raft_queue.storage import MemoryStore
 
 ENTRIES = [
@@ -45,25 +47,30 @@ def _leased(records: list[NewRecord], n: int) -> LeaseResult:
 
 
 @pytest.mark.parametrize("keyed", [False, True])
-def test_lease_messages_are_the_leased_records_with_their_receipts(keyed: bool) -> None:
+@pytest.mark.parametrize("secret", [None, b"s" * 32])
+def test_lease_messages_are_the_leased_records_with_their_receipts(
+    keyed: bool, secret: bytes | None
+) -> None:
     extra = {"key": "k", "headers": (("h", b"v"),)} if keyed else {}
     records = [NewRecord(b"r%d" % i, dedup_id=f"d{i}" if keyed else "", **extra) for i in range(5)]
     result = _leased(records, 3)
-    got = convert.lease_messages("q", 2, 77, result)
+    book = Receipts(secret)
+    got = convert.lease_messages("q", 2, 77, result, book)
     want = [
         convert.message_pb(
-            "q", 2, m.record, convert.encode_receipt(77, 2, m.record.offset, 1), m.receive_count
+            "q", 2, m.record, book.encode("q", 77, 2, m.record.offset, 1), m.receive_count
         )
         for m in result.messages
     ]
     assert got == want
     assert [m.offset for m in got] == [1, 2, 3]  # across the two appends' segments
-    assert got[0].receipt == "77:2:1:1" and got[0].body == b"r1"
+    assert got[0].receipt.startswith("77:2:1:1") and got[0].body == b"r1"
+    assert (got[0].receipt == "77:2:1:1") is (secret is None)
 
 
 def test_receipts_group_by_partition_as_runs_in_request_order() -> None:
     receipts = ["9:0:5:1", "9:1:7:2", "9:0:6:1", "9:0:8:1", "9:0:3:1", "9:0:4:1", "9:0:4:1"]
-    by_part = convert.receipts_by_partition(receipts, 9, 2)
+    by_part = receipt_strings.receipts_by_partition(receipts, 9, 2)
     assert by_part[0].indexes == [0, 2, 3, 4, 5, 6]
     assert by_part[0].runs() == (
         ReceiptRun(5, 2, 1),
@@ -76,15 +83,15 @@ def test_receipts_group_by_partition_as_runs_in_request_order() -> None:
 
 def test_one_lease_of_receipts_is_one_run_and_odd_lists_parse_as_one_by_one() -> None:
     lease = [f"9:1:{o}:3" for o in range(100, 1100)]
-    (entry,) = convert.receipts_by_partition(lease, 9, 2).values()
+    (entry,) = receipt_strings.receipts_by_partition(lease, 9, 2).values()
     assert entry.indexes == list(range(1000)) and entry.runs() == (ReceiptRun(100, 1000, 3),)
     mixed = ["9:1:5:3", "9:1:6:3", "9:1:6:3", "9:1:9:4"]
-    (entry,) = convert.receipts_by_partition(mixed, 9, 2).values()
+    (entry,) = receipt_strings.receipts_by_partition(mixed, 9, 2).values()
     assert entry.indexes == [0, 1, 2, 3]
     assert entry.runs() == (ReceiptRun(5, 2, 3), ReceiptRun(6, 1, 3), ReceiptRun(9, 1, 4))
     # Two malformed receipts whose parts add up to 8 fields are still refused.
     with pytest.raises(errors.InvalidArgument) as info:
-        convert.receipts_by_partition(["9:0:1:1:9", "0:2:1"], 9, 2)
+        receipt_strings.receipts_by_partition(["9:0:1:1:9", "0:2:1"], 9, 2)
     assert info.value.field == "receipts[0]"
 
 
@@ -101,7 +108,7 @@ def test_one_lease_of_receipts_is_one_run_and_odd_lists_parse_as_one_by_one() ->
 )
 def test_a_bad_receipt_is_invalid_argument_naming_it(receipt: str, why: str) -> None:
     with pytest.raises(errors.InvalidArgument, match=why) as info:
-        convert.receipts_by_partition(["9:0:1:1", receipt], 9, 2)
+        receipt_strings.receipts_by_partition(["9:0:1:1", receipt], 9, 2)
     assert info.value.field == "receipts[1]"
 
 

@@ -8,6 +8,7 @@ leader hint, over a real gRPC wire.
 from __future__ import annotations
 
 import asyncio
+import logging
 from concurrent import futures
 
 import grpc
@@ -31,6 +32,7 @@ EXPECTED_CODES = {
     errors.Unavailable: C.UNAVAILABLE,
     errors.OutcomeUnknown: C.UNAVAILABLE,
     errors.OutOfRange: C.OUT_OF_RANGE,
+    errors.Unauthenticated: C.UNAUTHENTICATED,
     errors.ResourceExhausted: C.RESOURCE_EXHAUSTED,
     errors.Internal: C.INTERNAL,
     errors.VersionMismatch: C.FAILED_PRECONDITION,
@@ -74,7 +76,11 @@ class FakeRpcError(grpc.RpcError):
 
 def assert_same_error(got: errors.QueueError, sent: errors.QueueError) -> None:
     assert type(got) is type(sent)
-    assert got.message == sent.message
+    if EXPECTED_CODES[type(sent)] == C.INTERNAL:  # a fixed text: never the exception's
+        assert got.message.startswith("internal error (error id ")
+        assert sent.message not in got.message
+    else:
+        assert got.message == sent.message
     assert getattr(got, "field", None) == getattr(sent, "field", None)
     assert getattr(got, "leader", None) == getattr(sent, "leader", None)
 
@@ -117,11 +123,13 @@ def test_outcome_unknown_is_unavailable_but_named():
     assert dict(trailers)[status.ERROR_KEY] == "OutcomeUnknown"
 
 
-def test_unexpected_exception_is_internal():
-    code, details, trailers = status.to_status(KeyError("boom"))
+def test_unexpected_exception_is_internal_without_its_text():
+    code, details, trailers = status.to_status(KeyError("/srv/secret/path"), error_id="ab12")
     assert code == C.INTERNAL
-    assert "KeyError" in details
+    assert "KeyError" not in details and "/srv/secret/path" not in details
+    assert "ab12" in details
     assert dict(trailers)[status.ERROR_KEY] == "Internal"
+    assert dict(trailers)[status.ERROR_ID_KEY] == "ab12"
 
 
 def test_non_ascii_field_is_escaped_into_valid_metadata():
@@ -246,12 +254,23 @@ def test_every_error_class_survives_a_real_grpc_call(raising_stub):
         assert_same_error(from_rpc_error(caught.value), sample(cls))
 
 
-def test_unexpected_server_exception_reaches_the_client_as_internal(raising_stub):
-    with pytest.raises(grpc.RpcError) as caught:
+def test_unexpected_server_exception_reaches_the_client_as_internal_with_an_id_only(
+    raising_stub, caplog
+):
+    with (
+        caplog.at_level(logging.ERROR, logger=status.log.name),
+        pytest.raises(grpc.RpcError) as caught,
+    ):
         raising_stub.GetQueue(queue_pb2.GetQueueRequest(name="nope"), timeout=5)
     err = from_rpc_error(caught.value)
     assert type(err) is errors.Internal
-    assert "RuntimeError" in err.message
+    assert "RuntimeError" not in err.message and "not a QueueError" not in err.message
+    assert "Traceback" not in err.message
+    error_id = dict(caught.value.trailing_metadata())[status.ERROR_ID_KEY]
+    assert error_id in err.message
+    # The node's log has the exception and its traceback, under the same id.
+    (logged,) = [r for r in caplog.records if error_id in r.getMessage()]
+    assert logged.exc_info and "not a QueueError" in str(logged.exc_info[1])
 
 
 def test_refused_connection_is_unavailable():

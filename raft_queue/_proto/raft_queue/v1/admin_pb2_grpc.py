@@ -39,16 +39,6 @@ class AdminServiceStub:
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ClusterStatusRequest.SerializeToString,
                 response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ClusterStatusResponse.FromString,
                 _registered_method=True)
-        self.NodeStatus = channel.unary_unary(
-                '/raft_queue.v1.AdminService/NodeStatus',
-                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.NodeStatusRequest.SerializeToString,
-                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.NodeStatusResponse.FromString,
-                _registered_method=True)
-        self.Heartbeat = channel.unary_unary(
-                '/raft_queue.v1.AdminService/Heartbeat',
-                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.HeartbeatRequest.SerializeToString,
-                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.HeartbeatResponse.FromString,
-                _registered_method=True)
         self.MovePartition = channel.unary_unary(
                 '/raft_queue.v1.AdminService/MovePartition',
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MovePartitionRequest.SerializeToString,
@@ -79,16 +69,6 @@ class AdminServiceStub:
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PlanRequest.SerializeToString,
                 response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PlanResponse.FromString,
                 _registered_method=True)
-        self.MemberChange = channel.unary_unary(
-                '/raft_queue.v1.AdminService/MemberChange',
-                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MemberChangeRequest.SerializeToString,
-                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MemberChangeResponse.FromString,
-                _registered_method=True)
-        self.GetMetadata = channel.unary_unary(
-                '/raft_queue.v1.AdminService/GetMetadata',
-                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataRequest.SerializeToString,
-                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataResponse.FromString,
-                _registered_method=True)
         self.ChangeController = channel.unary_unary(
                 '/raft_queue.v1.AdminService/ChangeController',
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ChangeControllerRequest.SerializeToString,
@@ -106,20 +86,6 @@ class AdminServiceServicer:
 
     def ClusterStatus(self, request, context):
         """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def NodeStatus(self, request, context):
-        """Node to node: this node's replicas only.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def Heartbeat(self, request, context):
-        """Node to metadata leader: liveness and registration.
-        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -161,20 +127,6 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def MemberChange(self, request, context):
-        """Node to node: membership steps of a move, on the partition's Raft leader.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def GetMetadata(self, request, context):
-        """Node to node: a non-voter's copy of the metadata (polled from a voter).
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
     def ChangeController(self, request, context):
         """The metadata group's voters: add or remove one (on the metadata leader;
         answers once the change is recorded; ListControllers shows it finish).
@@ -196,16 +148,6 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ClusterStatus,
                     request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ClusterStatusRequest.FromString,
                     response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ClusterStatusResponse.SerializeToString,
-            ),
-            'NodeStatus': grpc.unary_unary_rpc_method_handler(
-                    servicer.NodeStatus,
-                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.NodeStatusRequest.FromString,
-                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.NodeStatusResponse.SerializeToString,
-            ),
-            'Heartbeat': grpc.unary_unary_rpc_method_handler(
-                    servicer.Heartbeat,
-                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.HeartbeatRequest.FromString,
-                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.HeartbeatResponse.SerializeToString,
             ),
             'MovePartition': grpc.unary_unary_rpc_method_handler(
                     servicer.MovePartition,
@@ -236,16 +178,6 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.Plan,
                     request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PlanRequest.FromString,
                     response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PlanResponse.SerializeToString,
-            ),
-            'MemberChange': grpc.unary_unary_rpc_method_handler(
-                    servicer.MemberChange,
-                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MemberChangeRequest.FromString,
-                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MemberChangeResponse.SerializeToString,
-            ),
-            'GetMetadata': grpc.unary_unary_rpc_method_handler(
-                    servicer.GetMetadata,
-                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataRequest.FromString,
-                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataResponse.SerializeToString,
             ),
             'ChangeController': grpc.unary_unary_rpc_method_handler(
                     servicer.ChangeController,
@@ -285,60 +217,6 @@ class AdminService:
             '/raft_queue.v1.AdminService/ClusterStatus',
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ClusterStatusRequest.SerializeToString,
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ClusterStatusResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def NodeStatus(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/raft_queue.v1.AdminService/NodeStatus',
-            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.NodeStatusRequest.SerializeToString,
-            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.NodeStatusResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def Heartbeat(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/raft_queue.v1.AdminService/Heartbeat',
-            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.HeartbeatRequest.SerializeToString,
-            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.HeartbeatResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -501,60 +379,6 @@ class AdminService:
             '/raft_queue.v1.AdminService/Plan',
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PlanRequest.SerializeToString,
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PlanResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def MemberChange(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/raft_queue.v1.AdminService/MemberChange',
-            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MemberChangeRequest.SerializeToString,
-            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.MemberChangeResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def GetMetadata(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/raft_queue.v1.AdminService/GetMetadata',
-            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataRequest.SerializeToString,
-            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataResponse.FromString,
             options,
             channel_credentials,
             insecure,
