@@ -2,8 +2,8 @@
 
 Owns the RaftHost (driver thread), the metadata replica, the local partition
 replicas and the reconciler that makes the set of local replicas match the
-metadata assignments. gRPC servicers (``queue_service``, ``admin_service``)
-call into it from the asyncio thread.
+metadata assignments. gRPC servicers (``queue_service``, ``admin_service``,
+``node_service``) call into it from the asyncio thread.
 
 Thread contract: replicas are created and closed on the driver thread
 (``host.call``); ``view`` (a read-only copy of the metadata state) is replaced
