@@ -62,8 +62,8 @@ def _toml(value: Any) -> str:
 
 
 def _private_dir(path: Path) -> None:
-    """``path`` and any parent it creates: 0700 (node data, configs and logs
-    are the cluster's own: docs/security.md)."""
+    """``path``, mode 0700 also if it existed (node data, configs and logs are
+    the cluster's own: docs/security.md)."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     path.chmod(0o700)
 
