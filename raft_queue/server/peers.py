@@ -4,8 +4,8 @@ A request for a partition led elsewhere is forwarded to the leader's node
 with the metadata ``raftq-forwarded: 1`` and this node's signature (the
 receiver honours the marker only when signed: server/api/node_identity.py);
 a forwarded request is never forwarded again (one hop), so a stale route
-ends in NotLeader for the client, which re-routes. Remote errors pass through unchanged (code, details,
-trailers).
+ends in NotLeader for the client, which re-routes. Remote errors pass
+through unchanged (code, details, trailers).
 
 Node-to-node calls (NodeService) and forwards are signed here and only here:
 every stub that reaches another node comes from ``Peers``.
