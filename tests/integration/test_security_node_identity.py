@@ -165,19 +165,19 @@ def _forged(receipt: str, field: int, value: str) -> str:
 def test_forged_receipts_are_refused_and_change_nothing(secured: LocalCluster) -> None:
     with secured.client() as client:
         client.create_queue("rcpt", partitions=2)
-        for i in range(4):
+        for i in range(5):  # all on partition 0: a forged partition must differ
             client.send("rcpt", b"m%d" % i, partition=0)
-        client.send("rcpt", b"other", partition=1)
         mine = client.receive("rcpt", 2, visibility_ms=120_000, consumer="a")
         theirs = client.receive("rcpt", 3, visibility_ms=120_000, consumer="b")
         assert len(mine) == 2 and len(theirs) == 3
-        victim = next(m for m in theirs if m.partition == 0)
+        victim = theirs[0]
         good = mine[0].receipt
+        assert good.split(":")[1:4] == ["0", str(mine[0].offset), "1"]
         forged = {
             "offset": _forged(good, 2, str(victim.offset)),  # ack another consumer's lease
             "epoch": _forged(good, 3, "2"),
             "partition": _forged(good, 1, "1"),
-            "uid": _forged(good, 0, "1"),
+            "uid": _forged(good, 0, str(int(good.split(":")[0]) + 1)),
             "made up": ":".join(good.split(":")[:4]) + ":" + "0" * 32,
             "no mac (as before signing)": ":".join(victim.receipt.split(":")[:4]),
         }
@@ -190,7 +190,7 @@ def test_forged_receipts_are_refused_and_change_nothing(secured: LocalCluster) -
             ):
                 with pytest.raises(errors.InvalidArgument) as info:
                     call(receipt)
-                assert info.value.field.startswith("receipts["), name
+                assert info.value.field.startswith("receipts["), (name, receipt)
         # Nothing changed: every lease is held, by its consumer, once.
         for m in every:
             h = client.get_history("rcpt", m.partition, m.offset)
