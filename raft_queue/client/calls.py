@@ -24,7 +24,10 @@ from raft_queue.client.partitioner import RoundRobin, partition_for_key
 from raft_queue.client.routing import AnyNode, PartitionLeaders, Router, SomeLeaderOf
 from raft_queue.errors import Internal, InvalidArgument, NotFound
 
-MAX_BATCH = 1000  # entries per Send RPC (the server's limit)
+# Entries per Send RPC the SDK sends. Not the server's limit: a node accepts
+# up to limits.max_batch_messages (10,000 by default); 1000 keeps one Send
+# (one Raft entry) near 150 KB of 100-byte messages.
+MAX_BATCH = 1000
 REQUEST_ID_BYTES = 16  # random: as unique as a uuid4
 
 T = TypeVar("T")
