@@ -25,6 +25,12 @@ D = TypeVar("D")
 MIB = 1 << 20
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
+# Delays are 64-bit milliseconds end to end (proto, commands, stored records
+# and timers); these are the limits we promise. One message (a send's or a
+# nack's own delay): ten years of 365.25 days. A queue's default delay (the
+# minimum for each of its messages): 365 days.
+MAX_MESSAGE_DELAY_MS = 3653 * DAY_MS
+MAX_QUEUE_DELAY_MS = 365 * DAY_MS
 MAX_PARTITIONS = 1024
 MAX_QUEUE_MESSAGE_BYTES = 16 * MIB
 REPLICATION_FACTORS = (1, 3, 5)
@@ -66,9 +72,13 @@ def _check_port(field_name: str, port: int) -> None:
         raise ConfigError(field_name, f"port {port} outside 1..65535")
 
 
-def _check_int(error: type[InvalidArgument], name: str, value: int, lo: int, hi: int) -> None:
+def _check_int(
+    error: type[InvalidArgument], name: str, value: int, lo: int, hi: int, hi_is: str = ""
+) -> None:
+    """``hi_is``: the upper bound in words for the error text ("365 days")."""
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise error(name, f"{value!r} must be an integer in {lo}..{hi}")
+        say = f" ({hi_is})" if hi_is else ""
+        raise error(name, f"{value!r} must be an integer in {lo}..{hi}{say}")
 
 
 def _check_positive(name: str, value: float) -> None:
@@ -327,7 +337,7 @@ class QueueSpec:
         _check_int(bad, "retention_bytes", self.retention_bytes, 0, 2**63 - 1)
         _check_int(bad, "max_message_bytes", self.max_message_bytes, 1, MAX_QUEUE_MESSAGE_BYTES)
         _check_int(bad, "dedup_window_ms", self.dedup_window_ms, 0, 30 * DAY_MS)
-        _check_int(bad, "delay_ms", self.delay_ms, 0, 12 * HOUR_MS)
+        _check_int(bad, "delay_ms", self.delay_ms, 0, MAX_QUEUE_DELAY_MS, "365 days")
         if self.dead_letter_queue:
             check_name("dead_letter_queue", self.dead_letter_queue, QUEUE_NAME_MAX)
             if self.max_receives == 0:
