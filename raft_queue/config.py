@@ -150,11 +150,17 @@ class ClusterTuning:
     # Catch-up of a moved replica (repair, drain, rebalance, move) is limited
     # to this many bytes/s unless the move names its own limit. 0 = no limit.
     move_throttle_bytes_per_s: int = 0
+    # A Send to a queue that does not exist creates it from [queue_defaults]
+    # (Kafka's auto.create.topics.enable). Off by default, as Kafka advises
+    # for production: a typo then makes a queue. Set it alike on every node.
+    auto_create_queues: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.auto_create_queues, bool):
+            raise ConfigError("cluster.auto_create_queues", "must be true or false")
         counts = ("leader_imbalance_max", "move_throttle_bytes_per_s")
         for f in dataclasses.fields(self):
-            if f.name not in counts:
+            if f.name not in (*counts, "auto_create_queues"):
                 _check_positive(f"cluster.{f.name}", getattr(self, f.name))
         for name in counts:
             value = getattr(self, name)
@@ -230,6 +236,10 @@ class NodeConfig:
     cluster: ClusterTuning = field(default_factory=ClusterTuning)
     limits: Limits = field(default_factory=Limits)
     security: SecurityConfig = field(default_factory=SecurityConfig)
+    # The settings of a queue a Send creates (cluster.auto_create_queues, or
+    # a Send asking for it): QueueSpec's fields, checked as CreateQueue
+    # checks them (an error is a ConfigError naming queue_defaults.<field>).
+    queue_defaults: QueueSpec = field(default_factory=lambda: QueueSpec())
 
     def __post_init__(self) -> None:
         check_name("node_id", self.node_id, error=ConfigError)
@@ -433,7 +443,15 @@ def _value(hint: Any, value: Any, name: str, error: type[InvalidArgument]) -> An
     if dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):
             raise error(name, "must be a table")
-        return _build(hint, value, name + ".", error)  # type: ignore[arg-type]
+        try:
+            return _build(hint, value, name + ".", error)  # type: ignore[arg-type]
+        except InvalidArgument as exc:
+            if isinstance(exc, error):
+                raise
+            # A table of request-side settings (QueueSpec raises InvalidArgument
+            # with its own field name): report it as this file's key.
+            reason = str(exc).removeprefix(f"{exc.field}: ")
+            raise error(f"{name}.{exc.field}", reason) from exc
     if typing.get_origin(hint) is tuple:
         if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
             raise error(name, "must be a list of strings")

@@ -70,6 +70,9 @@ def _bodies(bodies: Sequence[str], file: IO[bytes] | None) -> list[bytes]:
 )
 @click.option("--header", "header_pairs", multiple=True, metavar="K=V", help="Repeatable.")
 @click.option("--partition", type=click.IntRange(min=0), help="Bypass key hashing.")
+@click.option(
+    "--create", is_flag=True, help="Create QUEUE from the cluster's [queue_defaults] if missing."
+)
 @json_option
 @click.pass_obj
 def send(
@@ -82,6 +85,7 @@ def send(
     delay: float,
     header_pairs: tuple[str, ...],
     partition: int | None,
+    create: bool,
     as_json: bool,
 ) -> None:
     """Send BODY... (and/or --file lines) to QUEUE; prints where each was stored."""
@@ -93,7 +97,7 @@ def send(
         OutgoingMessage(body, key, headers, dedup_id, _ms(delay) or 0, partition)
         for body in payloads
     ]
-    results = session.client.send_batch(queue, messages)
+    results = session.client.send_batch(queue, messages, create=create)
     if as_json:
         print_json(results)
         return

@@ -148,17 +148,27 @@ def send_batch(
     round_robin: RoundRobin,
     queue: str,
     messages: Iterable[OutgoingMessage | bytes | str],
+    create: bool = False,
 ) -> Flow[list[SendResult]]:
     """Placement: the explicit ``partition``, else the hash of ``key``, else
     the hash of a caller-given ``dedup_id`` (a re-send finds the partition
     that remembers it), else round robin. Entries are grouped by cached
     leader, one RPC per leader per chunk of ``MAX_BATCH``, in sequence.
     Each RPC carries a random request id that its retries repeat, so a retry
-    is stored once (``SendRequest.request_id``)."""
+    is stored once (``SendRequest.request_id``). A queue we do not find is
+    left to the server's one decision (server/autocreate.py): the first chunk
+    goes to any node with ``SendRequest.create`` = ``create`` and is placed
+    there; the node creates the queue if asked to or if the cluster's
+    ``auto_create_queues`` is on, and answers NotFound otherwise."""
     pending = list(messages)
     if not pending:
         return []
-    count = yield from partition_count(router, queue)
+    try:
+        count = yield from partition_count(router, queue)
+    except NotFound:
+        first = yield from _send_creating(router, queue, pending[:MAX_BATCH], create)
+        rest = yield from send_batch(router, round_robin, queue, pending[MAX_BATCH:])
+        return first + rest
     prepared = [_prepare(round_robin, queue, count, m) for m in pending]
     partitions = [p for p, _ in prepared]
     results: list[SendResult | None] = [None] * len(prepared)
@@ -183,6 +193,37 @@ def send_one(
 ) -> Flow[SendResult]:
     results = yield from send_batch(router, round_robin, queue, [message])
     return results[0]
+
+
+def first(flow: Flow[list[T]]) -> Flow[T]:
+    """The first result of ``flow``."""
+    results = yield from flow
+    return results[0]
+
+
+def _send_creating(
+    router: Router, queue: str, chunk: list[OutgoingMessage | bytes | str], create: bool
+) -> Flow[list[SendResult]]:
+    """One Send (``create`` as given) to any node, for a queue we did not
+    find: entries keep an explicit partition, the rest are placed by the
+    server (key hash, dedup id hash, round robin: the same rule as ours)."""
+    request = _send_request(queue, [])
+    request.create = create
+    for message in chunk:
+        if isinstance(message, OutgoingMessage):
+            entry = models.entry_to_pb(message, message.partition or 0)
+            if message.partition is None:
+                entry.ClearField("partition")
+            request.entries.append(entry)
+        else:
+            body = message if type(message) is bytes else models.to_body(message)
+            request.entries.add(body=body)
+    router.drop_queue(queue)
+    response = yield Call("Send", request)
+    got = models.send_results_from_pb(response)
+    if len(got) != len(chunk):
+        raise Internal(f"Send returned {len(got)} results for {len(chunk)}")
+    return got
 
 
 # A prepared entry: its partition, and either the SendEntry or, for a bare
