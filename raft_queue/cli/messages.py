@@ -304,7 +304,7 @@ def _tail_start(
 @json_option
 @click.pass_obj
 def history(session: Session, queue: str, partition: int, offset: int, as_json: bool) -> None:
-    """A message's delivery history: state, receive count, each receive's time and consumer."""
+    """A message's state, receive count and last 16 leases (none once acked or dead)."""
     h = session.client.get_history(queue, partition, offset)
     if as_json:
         print_json(h)

@@ -200,8 +200,10 @@ class Surface(AdminSurface):
         return self._run(flow)
 
     def get_history(self, queue: str, partition: int, offset: int) -> History:
-        """A message's delivery history: state, receive count, each lease's
-        time, consumer id and deadline (NotFound once it left the log)."""
+        """A message's delivery history: state, receive count and its last 16
+        leases (time, consumer id, deadline), until it is acked or dead-
+        lettered (then state ``done``, no leases); NotFound once it left the
+        log. The cap is documented in docs/semantics.md."""
         return self._run(calls.get_history(self._router, queue, partition, offset))
 
     # ---- offset reads -------------------------------------------------------------

@@ -163,6 +163,10 @@ class Run(NamedTuple):
 
 
 NEVER_LEASED = Run(0, 0, 0, 0, 0)
+# Leases kept in a run's history (docs/semantics.md, GetHistory): the
+# history rides in the run row each lease writes anyway (17 bytes + the
+# consumer id per lease); every lease, paged, would cost a row per record per
+# lease (measured: +2.2 ms on a 0.13 ms lease of 1000 records).
 HISTORY_LIMIT = 16
 _EVENT = struct.Struct(">QQB")  # time_ms, deadline_ms, len(consumer); then consumer
 
