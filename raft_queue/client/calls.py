@@ -188,13 +188,6 @@ def send_batch(
     return [r for r in results if r is not None]
 
 
-def send_one(
-    router: Router, round_robin: RoundRobin, queue: str, message: OutgoingMessage
-) -> Flow[SendResult]:
-    results = yield from send_batch(router, round_robin, queue, [message])
-    return results[0]
-
-
 def first(flow: Flow[list[T]]) -> Flow[T]:
     """The first result of ``flow``."""
     results = yield from flow
