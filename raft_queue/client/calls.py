@@ -167,13 +167,16 @@ def send_batch(
         count = yield from partition_count(router, queue)
     except NotFound:
         first = yield from _send_creating(router, queue, pending[:MAX_BATCH], create)
-        rest = yield from send_batch(router, round_robin, queue, pending[MAX_BATCH:])
+        rest = yield from send_batch(router, round_robin, queue, pending[MAX_BATCH:], create)
         return first + rest
     prepared = [_prepare(round_robin, queue, count, m) for m in pending]
     partitions = [p for p, _ in prepared]
     results: list[SendResult | None] = [None] * len(prepared)
     for indexes in _plan(router, queue, partitions):
         request = _send_request(queue, [prepared[i] for i in indexes])
+        # Still asked for: a queue another sender has just created may be
+        # electing its first leaders, and the node waits for them then.
+        request.create = create
         target = PartitionLeaders(queue, [partitions[i] for i in indexes])
         try:
             response = yield Call("Send", request, target)
