@@ -25,6 +25,12 @@ D = TypeVar("D")
 MIB = 1 << 20
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
+# Delays are 64-bit milliseconds end to end (proto, commands, stored records
+# and timers); these are the limits we promise. One message (a send's or a
+# nack's own delay): ten years of 365.25 days. A queue's default delay (the
+# minimum for each of its messages): 365 days.
+MAX_MESSAGE_DELAY_MS = 3653 * DAY_MS
+MAX_QUEUE_DELAY_MS = 365 * DAY_MS
 MAX_PARTITIONS = 1024
 MAX_QUEUE_MESSAGE_BYTES = 16 * MIB
 REPLICATION_FACTORS = (1, 3, 5)
@@ -66,9 +72,13 @@ def _check_port(field_name: str, port: int) -> None:
         raise ConfigError(field_name, f"port {port} outside 1..65535")
 
 
-def _check_int(error: type[InvalidArgument], name: str, value: int, lo: int, hi: int) -> None:
+def _check_int(
+    error: type[InvalidArgument], name: str, value: int, lo: int, hi: int, hi_is: str = ""
+) -> None:
+    """``hi_is``: the upper bound in words for the error text ("365 days")."""
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise error(name, f"{value!r} must be an integer in {lo}..{hi}")
+        say = f" ({hi_is})" if hi_is else ""
+        raise error(name, f"{value!r} must be an integer in {lo}..{hi}{say}")
 
 
 def _check_positive(name: str, value: float) -> None:
@@ -140,11 +150,17 @@ class ClusterTuning:
     # Catch-up of a moved replica (repair, drain, rebalance, move) is limited
     # to this many bytes/s unless the move names its own limit. 0 = no limit.
     move_throttle_bytes_per_s: int = 0
+    # A Send to a queue that does not exist creates it from [queue_defaults]
+    # (Kafka's auto.create.topics.enable). Off by default, as Kafka advises
+    # for production: a typo then makes a queue. Set it alike on every node.
+    auto_create_queues: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.auto_create_queues, bool):
+            raise ConfigError("cluster.auto_create_queues", "must be true or false")
         counts = ("leader_imbalance_max", "move_throttle_bytes_per_s")
         for f in dataclasses.fields(self):
-            if f.name not in counts:
+            if f.name not in (*counts, "auto_create_queues"):
                 _check_positive(f"cluster.{f.name}", getattr(self, f.name))
         for name in counts:
             value = getattr(self, name)
@@ -236,6 +252,10 @@ class NodeConfig:
     limits: Limits = field(default_factory=Limits)
     security: SecurityConfig = field(default_factory=SecurityConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
+    # The settings of a queue a Send creates (cluster.auto_create_queues, or
+    # a Send asking for it): QueueSpec's fields, checked as CreateQueue
+    # checks them (an error is a ConfigError naming queue_defaults.<field>).
+    queue_defaults: QueueSpec = field(default_factory=lambda: QueueSpec())
 
     def __post_init__(self) -> None:
         check_name("node_id", self.node_id, error=ConfigError)
@@ -343,7 +363,7 @@ class QueueSpec:
         _check_int(bad, "retention_bytes", self.retention_bytes, 0, 2**63 - 1)
         _check_int(bad, "max_message_bytes", self.max_message_bytes, 1, MAX_QUEUE_MESSAGE_BYTES)
         _check_int(bad, "dedup_window_ms", self.dedup_window_ms, 0, 30 * DAY_MS)
-        _check_int(bad, "delay_ms", self.delay_ms, 0, 12 * HOUR_MS)
+        _check_int(bad, "delay_ms", self.delay_ms, 0, MAX_QUEUE_DELAY_MS, "365 days")
         if self.dead_letter_queue:
             check_name("dead_letter_queue", self.dead_letter_queue, QUEUE_NAME_MAX)
             if self.max_receives == 0:
@@ -439,7 +459,15 @@ def _value(hint: Any, value: Any, name: str, error: type[InvalidArgument]) -> An
     if dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):
             raise error(name, "must be a table")
-        return _build(hint, value, name + ".", error)  # type: ignore[arg-type]
+        try:
+            return _build(hint, value, name + ".", error)  # type: ignore[arg-type]
+        except InvalidArgument as exc:
+            if isinstance(exc, error):
+                raise
+            # A table of request-side settings (QueueSpec raises InvalidArgument
+            # with its own field name): report it as this file's key.
+            reason = str(exc).removeprefix(f"{exc.field}: ")
+            raise error(f"{name}.{exc.field}", reason) from exc
     if typing.get_origin(hint) is tuple:
         if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
             raise error(name, "must be a list of strings")

@@ -13,7 +13,7 @@ In a spec given by the user, ``-2`` means earliest and ``-1`` latest.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 EARLIEST = -2
@@ -260,28 +260,15 @@ def cap(end: Offsets, target: Offsets | None) -> Offsets:
     }
 
 
-Probe = Callable[[int], tuple[int, int] | None]
-"""``probe(offset)`` -> (offset, timestamp_ms) of the first record at or after
-``offset``, or None if there is none."""
-
-
-def offset_for_time(timestamp_ms: int, bounds: Bounds, probe: Probe) -> int:
-    """The first offset whose record has ``timestamp_ms >= timestamp_ms``, else ``latest``.
-
-    Binary search with ``probe`` (one read of one record per step, so
-    O(log n) reads): correct because a partition's timestamps never decrease
-    (the leader stamps each append no earlier than the previous one). The
-    server has no offset-by-time RPC; this stands in for Kafka's offsetsForTimes.
-    """
-    lo, hi = bounds.earliest, bounds.latest
-    while lo < hi:
-        mid = (lo + hi) // 2
-        found = probe(mid)
-        if found is None or found[1] >= timestamp_ms:
-            hi = mid
-        else:
-            lo = found[0] + 1
-    return lo
+def offset_for_time(bounds: Bounds, found: int | None) -> int:
+    """Where a partition starts for a time: ``found``, the offset of the first
+    record appended at or after it (the server's answer to a Read with
+    ``timestamp_ms``, as Kafka's offsetsForTimes; None if there is none, which
+    means the partition's end), kept within the planned ``bounds``: records
+    appended after the plan's layout wait for the next plan."""
+    if found is None:
+        return bounds.latest
+    return max(bounds.earliest, min(found, bounds.latest))
 
 
 def parse_timestamp(text: str | None, option: str) -> int | None:

@@ -4,13 +4,13 @@ So the shared harness can run its own W1-W4 code against us, exactly as it ran
 NATS and RabbitMQ::
 
     .venv/bin/raftq dev up --data-dir /tmp/raftq-peer --base-port 17100 &
-    .venv/bin/python /work/shared/bench/peers/loadgen.py run \\
+    .venv/bin/python ../shared/bench/peers/loadgen.py run \\
         --peer raft_queue.bench.peer_adapter:RaftQueueAdapter \\
         --opt target=127.0.0.1:17101,127.0.0.1:17102,127.0.0.1:17103
 
 ``loadgen.py`` imports only the standard library, so our venv's python can run
 it; W4's consumer is a spawned process that imports this module by name, so
-raft_queue must be importable there (our venv, or ``pip install -e /work/main``
+raft_queue must be importable there (our venv, or ``pip install -e .``
 into the harness venv). The class duck-types QueueAdapter (the harness never
 checks the base class), so this module does not depend on loadgen.py's path.
 

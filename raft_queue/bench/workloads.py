@@ -9,7 +9,7 @@ entry in its fsynced journal), deletes that queue afterwards and returns a
 Payloads start with the peer harness's 24-byte header (seq, sent_ns,
 intended_ns; CLOCK_MONOTONIC, comparable across processes on one host), so
 W3 can check completeness and W4 can measure latency in another process.
-Definitions: /work/shared/bench/peers/README.md; docs/benchmarks.md.
+Definitions: ../shared/bench/peers/README.md; docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 ``send`` takes bodies as arguments and/or one message per line of ``--file``
 (``-`` = stdin; empty lines are skipped). ``receive`` leases, prints, then
 acks what it printed unless ``--no-ack`` (then the receipts are shown for a
-later ``raftq ack``). Times are seconds on the command line.
+later ``raftq ack``). Times are seconds on the command line, or carry a unit
+(``250ms``, ``10m``, ``12h``, ``400d``: cli/durations.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import IO, TYPE_CHECKING
 
 import click
 
+from raft_queue.cli.durations import SECONDS
 from raft_queue.cli.output import (
     body_preview,
     json_option,
@@ -27,8 +29,6 @@ from raft_queue.client import Client, Message, OutgoingMessage, PartitionInfo, R
 
 if TYPE_CHECKING:
     from raft_queue.cli.main import Session
-
-SECONDS = click.FloatRange(min=0)
 
 
 def _ms(seconds: float | None) -> int | None:
@@ -62,9 +62,17 @@ def _bodies(bodies: Sequence[str], file: IO[bytes] | None) -> list[bytes]:
 @click.option("--key", default="", help="Message key: same key, same partition (and order).")
 @click.option("--file", type=click.File("rb"), help="One message per line; '-' reads stdin.")
 @click.option("--dedup-id", help="Idempotency key across sends (one message only).")
-@click.option("--delay", type=SECONDS, default=0, help="Invisible for this long, seconds.")
+@click.option(
+    "--delay",
+    type=SECONDS,
+    default=0,
+    help="Invisible this long: seconds, or 250ms, 10m, 12h, 400d (up to 3653d).",
+)
 @click.option("--header", "header_pairs", multiple=True, metavar="K=V", help="Repeatable.")
 @click.option("--partition", type=click.IntRange(min=0), help="Bypass key hashing.")
+@click.option(
+    "--create", is_flag=True, help="Create QUEUE from the cluster's [queue_defaults] if missing."
+)
 @json_option
 @click.pass_obj
 def send(
@@ -77,6 +85,7 @@ def send(
     delay: float,
     header_pairs: tuple[str, ...],
     partition: int | None,
+    create: bool,
     as_json: bool,
 ) -> None:
     """Send BODY... (and/or --file lines) to QUEUE; prints where each was stored."""
@@ -88,7 +97,7 @@ def send(
         OutgoingMessage(body, key, headers, dedup_id, _ms(delay) or 0, partition)
         for body in payloads
     ]
-    results = session.client.send_batch(queue, messages)
+    results = session.client.send_batch(queue, messages, create=create)
     if as_json:
         print_json(results)
         return
@@ -178,7 +187,12 @@ def ack(session: Session, queue: str, receipts: tuple[str, ...], as_json: bool) 
 @click.command()
 @click.argument("queue")
 @click.argument("receipts", nargs=-1, required=True)
-@click.option("--delay", type=SECONDS, default=0, help="Visible again after, seconds.")
+@click.option(
+    "--delay",
+    type=SECONDS,
+    default=0,
+    help="Visible again after: seconds, or 10m, 12h, 400d (up to 3653d).",
+)
 @json_option
 @click.pass_obj
 def nack(
@@ -290,7 +304,7 @@ def _tail_start(
 @json_option
 @click.pass_obj
 def history(session: Session, queue: str, partition: int, offset: int, as_json: bool) -> None:
-    """A message's delivery history: state, receive count, each receive's time and consumer."""
+    """A message's state, receive count and last 16 leases (none once acked or dead)."""
     h = session.client.get_history(queue, partition, offset)
     if as_json:
         print_json(h)

@@ -13,6 +13,7 @@ import click
 from rich.console import Console
 from rich.progress import Progress
 
+from raft_queue.cli.durations import SECONDS
 from raft_queue.cli.output import (
     json_option,
     print_fields,
@@ -28,7 +29,6 @@ from raft_queue.client.redrive import RedriveProgress
 if TYPE_CHECKING:
     from raft_queue.cli.main import Session
 
-SECONDS = click.FloatRange(min=0)
 COUNT = click.IntRange(min=0)
 
 # option name -> (QueueConfig field, scale from the option's unit to the field's)
@@ -60,7 +60,11 @@ def config_options(func: Any) -> Any:
             "--max-receives", type=COUNT, help="Dead-letter after N receives (0 = never)."
         ),
         click.option("--dead-letter-queue", help="Where messages over --max-receives go."),
-        click.option("--delay", type=SECONDS, help="Delay before a new message is visible, s."),
+        click.option(
+            "--delay",
+            type=SECONDS,
+            help="Delay before a new message is visible: s, or 12h, 30d (up to 365d).",
+        ),
         click.option("--dedup-window", type=SECONDS, help="How long dedup ids are kept, seconds."),
         click.option(
             "--retention", type=SECONDS, help="Keep messages this long, s (0: until acked)."

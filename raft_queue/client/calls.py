@@ -24,7 +24,10 @@ from raft_queue.client.partitioner import RoundRobin, partition_for_key
 from raft_queue.client.routing import AnyNode, PartitionLeaders, Router, SomeLeaderOf
 from raft_queue.errors import Internal, InvalidArgument, NotFound
 
-MAX_BATCH = 1000  # entries per Send RPC (the server's limit)
+# Entries per Send RPC the SDK sends. Not the server's limit: a node accepts
+# up to limits.max_batch_messages (10,000 by default); 1000 keeps one Send
+# (one Raft entry) near 150 KB of 100-byte messages.
+MAX_BATCH = 1000
 REQUEST_ID_BYTES = 16  # random: as unique as a uuid4
 
 T = TypeVar("T")
@@ -145,22 +148,35 @@ def send_batch(
     round_robin: RoundRobin,
     queue: str,
     messages: Iterable[OutgoingMessage | bytes | str],
+    create: bool = False,
 ) -> Flow[list[SendResult]]:
     """Placement: the explicit ``partition``, else the hash of ``key``, else
     the hash of a caller-given ``dedup_id`` (a re-send finds the partition
     that remembers it), else round robin. Entries are grouped by cached
     leader, one RPC per leader per chunk of ``MAX_BATCH``, in sequence.
     Each RPC carries a random request id that its retries repeat, so a retry
-    is stored once (``SendRequest.request_id``)."""
+    is stored once (``SendRequest.request_id``). A queue we do not find is
+    left to the server's one decision (server/autocreate.py): the first chunk
+    goes to any node with ``SendRequest.create`` = ``create`` and is placed
+    there; the node creates the queue if asked to or if the cluster's
+    ``auto_create_queues`` is on, and answers NotFound otherwise."""
     pending = list(messages)
     if not pending:
         return []
-    count = yield from partition_count(router, queue)
+    try:
+        count = yield from partition_count(router, queue)
+    except NotFound:
+        first = yield from _send_creating(router, queue, pending[:MAX_BATCH], create)
+        rest = yield from send_batch(router, round_robin, queue, pending[MAX_BATCH:], create)
+        return first + rest
     prepared = [_prepare(round_robin, queue, count, m) for m in pending]
     partitions = [p for p, _ in prepared]
     results: list[SendResult | None] = [None] * len(prepared)
     for indexes in _plan(router, queue, partitions):
         request = _send_request(queue, [prepared[i] for i in indexes])
+        # Still asked for: a queue another sender has just created may be
+        # electing its first leaders, and the node waits for them then.
+        request.create = create
         target = PartitionLeaders(queue, [partitions[i] for i in indexes])
         try:
             response = yield Call("Send", request, target)
@@ -175,11 +191,35 @@ def send_batch(
     return [r for r in results if r is not None]
 
 
-def send_one(
-    router: Router, round_robin: RoundRobin, queue: str, message: OutgoingMessage
-) -> Flow[SendResult]:
-    results = yield from send_batch(router, round_robin, queue, [message])
+def first(flow: Flow[list[T]]) -> Flow[T]:
+    """The first result of ``flow``."""
+    results = yield from flow
     return results[0]
+
+
+def _send_creating(
+    router: Router, queue: str, chunk: list[OutgoingMessage | bytes | str], create: bool
+) -> Flow[list[SendResult]]:
+    """One Send (``create`` as given) to any node, for a queue we did not
+    find: entries keep an explicit partition, the rest are placed by the
+    server (key hash, dedup id hash, round robin: the same rule as ours)."""
+    request = _send_request(queue, [])
+    request.create = create
+    for message in chunk:
+        if isinstance(message, OutgoingMessage):
+            entry = models.entry_to_pb(message, message.partition or 0)
+            if message.partition is None:
+                entry.ClearField("partition")
+            request.entries.append(entry)
+        else:
+            body = message if type(message) is bytes else models.to_body(message)
+            request.entries.add(body=body)
+    router.drop_queue(queue)
+    response = yield Call("Send", request)
+    got = models.send_results_from_pb(response)
+    if len(got) != len(chunk):
+        raise Internal(f"Send returned {len(got)} results for {len(chunk)}")
+    return got
 
 
 # A prepared entry: its partition, and either the SendEntry or, for a bare

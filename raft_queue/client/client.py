@@ -125,13 +125,15 @@ class Surface(AdminSurface):
         dedup_id: str | None = None,
         delay_ms: int = 0,
         partition: int | None = None,
+        create: bool = False,
     ) -> SendResult:
-        """Send one message; see ``send_batch`` for placement and dedup."""
+        """Send one message; see ``send_batch`` for placement, dedup and ``create``."""
         message = OutgoingMessage(body, key, headers, dedup_id, delay_ms, partition)
-        return self._run(calls.send_one(self._router, self._round_robin, queue, message))
+        flow = calls.send_batch(self._router, self._round_robin, queue, [message], create)
+        return self._run(calls.first(flow))
 
     def send_batch(
-        self, queue: str, messages: Iterable[OutgoingMessage | bytes | str]
+        self, queue: str, messages: Iterable[OutgoingMessage | bytes | str], create: bool = False
     ) -> list[SendResult]:
         """Send messages; results come back in the order given.
 
@@ -141,8 +143,13 @@ class Surface(AdminSurface):
         per chunk of ``MAX_BATCH``, one after the other. If a later chunk
         fails, earlier ones are stored: to re-send the batch without
         duplicates, give the messages your own dedup ids.
+
+        ``create``: if ``queue`` does not exist, create it from the cluster's
+        ``[queue_defaults]`` (whatever ``auto_create_queues`` says): a request
+        to manage queues. Concurrent creates of one queue make one queue.
         """
-        return self._run(calls.send_batch(self._router, self._round_robin, queue, messages))
+        flow = calls.send_batch(self._router, self._round_robin, queue, messages, create)
+        return self._run(flow)
 
     # ---- receive and receipts ---------------------------------------------------
 
@@ -193,8 +200,10 @@ class Surface(AdminSurface):
         return self._run(flow)
 
     def get_history(self, queue: str, partition: int, offset: int) -> History:
-        """A message's delivery history: state, receive count, each lease's
-        time, consumer id and deadline (NotFound once it left the log)."""
+        """A message's delivery history: state, receive count and its last 16
+        leases (time, consumer id, deadline), until it is acked or dead-
+        lettered (then state ``done``, no leases); NotFound once it left the
+        log. The cap is documented in docs/semantics.md."""
         return self._run(calls.get_history(self._router, queue, partition, offset))
 
     # ---- offset reads -------------------------------------------------------------

@@ -40,8 +40,15 @@ from raft_queue.core.commands import (
     Release,
     receipt_runs,
 )
-from raft_queue.core.records import from_blob, to_blob
-from raft_queue.core.segments import BodyParts, check_body, encode_body, segment_blobs, summarize
+from raft_queue.core.records import from_blob, to_blob, widen_blob
+from raft_queue.core.segments import (
+    BODY_U32,
+    BodyParts,
+    check_body,
+    encode_body,
+    segment_blobs,
+    summarize,
+)
 from raft_queue.core.wire import Malformed, Reader, put_str, put_uvarint
 from raft_queue.errors import InvalidArgument
 
@@ -145,9 +152,36 @@ def _dec_append(r: Reader) -> Append:
 
 
 def _dec_append_v1(r: Reader) -> Append:
-    """Tag 2 (decode only): ``>QI`` now_ms, count, then u32-prefixed blobs."""
+    """Tag 2 (decode only): ``>QI`` now_ms, count, then u32-prefixed blobs
+    (32-bit delays)."""
     now_ms, count = _U64_U32.unpack(r.take(_U64_U32.size))
-    return Append(tuple(from_blob(blob) for blob in _read_parts(r, count)), now_ms)
+    blobs = _read_parts(r, count)
+    return Append(tuple(from_blob(widen_blob(blob)) for blob in blobs), now_ms)
+
+
+def _dec_append_v2(r: Reader) -> Append:
+    """Tag 12 (decode only): today's layout before delays were 64-bit: a
+    ``BODY_U32`` body header and blobs with a 32-bit delay."""
+    data = r.data
+    at = 1 + _APPEND_HEAD.size
+    if len(data) < at + BODY_U32.size:
+        raise Malformed("truncated Append header")
+    now_ms, id_len = _APPEND_HEAD.unpack_from(data, 1)
+    body_at = at + id_len
+    if id_len > MAX_REQUEST_ID_BYTES or len(data) < body_at + BODY_U32.size:
+        raise Malformed("truncated Append header")
+    count = BODY_U32.unpack_from(data, body_at)[0]
+    table_at = body_at + BODY_U32.size
+    if len(data) < table_at + 4 * count:
+        raise Malformed("truncated record table")
+    ends = struct.unpack_from(f">{count}I", data, table_at)
+    base = table_at + 4 * count
+    if count and base + ends[-1] != len(data) or not count and base != len(data):
+        raise Malformed("record table does not match the data")
+    starts = (0, *ends[:-1])
+    blobs = [widen_blob(data[base + s : base + e]) for s, e in zip(starts, ends, strict=True)]
+    r.pos = len(data)
+    return Append(tuple(from_blob(b) for b in blobs), now_ms, data[at:body_at])
 
 
 def _enc_lease(buf: bytearray, c: Lease) -> None:
@@ -233,9 +267,10 @@ def _dec_batch(r: Reader) -> Batch:
 
 
 # tag -> (class, encoder, decoder). Tags are the wire format: never reuse one.
-# Tags 2, 4, 5 and 6 are the layouts before segments and receipt runs: they
-# still decode (a mixed-version cluster), but nothing encodes them.
-TAG_APPEND = 12
+# Tags 2, 4, 5 and 6 are the layouts before segments and receipt runs, and
+# 12 the Append of 32-bit delays: they still decode (a mixed-version cluster,
+# an old journal), but nothing encodes them.
+TAG_APPEND = 17  # 12 until delays became 64-bit (data format 3)
 TAG_BATCH = 11
 _Enc = Callable[[bytearray, Any], None]
 _Dec = Callable[[Reader], Any]
@@ -257,6 +292,7 @@ _TAGS: dict[type, tuple[int, _Enc]] = {cls: (tag, enc) for tag, (cls, enc, _) in
 _CODECS.update(
     {
         2: (Append, _enc_append, _dec_append_v1),
+        12: (Append, _enc_append, _dec_append_v2),
         4: (Ack, _enc_ack, _dec_ack_v1),
         5: (Nack, _enc_nack, _dec_nack_v1),
         6: (ChangeVisibility, _enc_change, _dec_change_v1),

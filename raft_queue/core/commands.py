@@ -53,7 +53,7 @@ class PartitionConfig:
         v.uint64("dedup_window_ms", self.dedup_window_ms)
         v.uint64("retention_ms", self.retention_ms)
         v.uint64("retention_bytes", self.retention_bytes)
-        v.uint32("delay_ms", self.delay_ms)
+        v.delay("delay_ms", self.delay_ms, v.MAX_QUEUE_DELAY_MS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +242,7 @@ class Nack:
 
     def __post_init__(self) -> None:
         _normalize_receipts(self)
-        v.uint32("delay_ms", self.delay_ms)
+        v.delay("delay_ms", self.delay_ms, v.MAX_DELAY_MS)
         v.uint64("now_ms", self.now_ms)
 
 

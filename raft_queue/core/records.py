@@ -1,6 +1,6 @@
 """Records: what producers append, what the log returns, and their bytes.
 
-A record's *blob* is a fixed ``>IHHH`` header (delay_ms, then the UTF-8
+A record's *blob* is a fixed ``>QHHH`` header (delay_ms, then the UTF-8
 lengths of dedup_id and key, then the header count), the dedup_id and key,
 the headers as length-prefixed name/value pairs, and the body as the rest.
 An Append command carries its records' blobs back to back behind a table of
@@ -21,7 +21,10 @@ from raft_queue.core.wire import Malformed, Reader, put_bytes, put_str
 from raft_queue.errors import InvalidArgument
 
 Headers = tuple[tuple[str, bytes], ...]
-_BLOB = struct.Struct(">IHHH")  # delay_ms, len(dedup_id), len(key), len(headers)
+_BLOB = struct.Struct(">QHHH")  # delay_ms, len(dedup_id), len(key), len(headers)
+# Before data format 3 the delay was 32 bits (``>IHHH``, at most ~49.7 days);
+# only Append entries of those versions (codec tags 2 and 12) still carry it.
+_BLOB_U32 = struct.Struct(">IHHH")
 BLOB_HEADER_SIZE = _BLOB.size
 MAX_FIELD_BYTES = 0xFFFF  # dedup_id and key, as UTF-8; also the header count
 
@@ -45,7 +48,7 @@ class NewRecord:
             raise InvalidArgument("body", "must be bytes")
         v.text("key", self.key, MAX_FIELD_BYTES)
         v.text("dedup_id", self.dedup_id, MAX_FIELD_BYTES)
-        v.uint32("delay_ms", self.delay_ms)
+        v.delay("delay_ms", self.delay_ms, v.MAX_DELAY_MS)
         v.headers(self.headers, MAX_FIELD_BYTES)
 
 
@@ -100,6 +103,13 @@ def from_blob(blob: bytes) -> NewRecord:
     """Inverse of ``to_blob``; Malformed if ``blob`` is not one."""
     delay_ms, dedup_id, key, headers, body = _parse(blob, 0)
     return NewRecord(body, key, headers, dedup_id, delay_ms)
+
+
+def widen_blob(blob: bytes) -> bytes:
+    """A blob of the 32-bit-delay layout (``_BLOB_U32``) in today's layout."""
+    if len(blob) < _BLOB_U32.size:
+        raise Malformed("record shorter than its header")
+    return _BLOB.pack(*_BLOB_U32.unpack_from(blob)) + blob[_BLOB_U32.size :]
 
 
 def check_blob(blob: bytes) -> bytes:

@@ -7,7 +7,7 @@ A segment value is::
     >Q  timestamp_ms
     >I  count
     >B  flags           HAS_KEY | HAS_DEDUP | HAS_HEADERS: does any record have one
-    >I  max_delay_ms    the largest per-record delay_ms
+    >Q  max_delay_ms    the largest per-record delay_ms
     count x >I          end of each record's blob, from the start of the data
     data                the records' blobs (``records.to_blob``), back to back
 
@@ -48,10 +48,13 @@ _ALL_FLAGS = HAS_KEY | HAS_DEDUP | HAS_HEADERS
 RECORD_OVERHEAD = 8
 
 _TS = struct.Struct(">Q")
-_BODY = struct.Struct(">IBI")  # count, flags, max_delay_ms
-_HEAD = struct.Struct(">QIBI")  # timestamp_ms + _BODY
+_BODY = struct.Struct(">IBQ")  # count, flags, max_delay_ms
+_HEAD = struct.Struct(">QIBQ")  # timestamp_ms + _BODY
 _U32 = struct.Struct(">I")
-_BLOB = struct.Struct(">IHHH")  # records._BLOB: delay_ms, len(dedup_id), len(key), headers
+_BLOB = struct.Struct(">QHHH")  # records._BLOB: delay_ms, len(dedup_id), len(key), headers
+# The body header of data format 2 (Append entries with codec tag 12): a
+# 32-bit max_delay_ms, and blobs with a 32-bit delay (records.widen_blob).
+BODY_U32 = struct.Struct(">IBI")
 
 
 class Summary(NamedTuple):

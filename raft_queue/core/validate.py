@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from raft_queue.config import DAY_MS, MAX_MESSAGE_DELAY_MS
+from raft_queue.config import MAX_QUEUE_DELAY_MS as MAX_QUEUE_DELAY_MS
 from raft_queue.core.wire import U32_MAX, U64_MAX
 from raft_queue.errors import InvalidArgument
 
@@ -19,6 +21,26 @@ MAX_GROUP_BYTES = 255
 def uint64(field: str, value: Any) -> None:
     if type(value) is not int or not 0 <= value <= U64_MAX:
         raise InvalidArgument(field, f"must be an integer in [0, 2**64), got {value!r}")
+
+
+# The delay limits have one home, config.py (a queue's delay is a QueueSpec field).
+MAX_DELAY_MS = MAX_MESSAGE_DELAY_MS
+
+
+def describe_ms(ms: int) -> str:
+    """``ms`` for an error text: "3653 days (10 years)", "365 days", "12 h"."""
+    if ms % DAY_MS == 0:
+        days = ms // DAY_MS
+        return f"{days} days (10 years)" if days == 3653 else f"{days} days"
+    return f"{ms / 3_600_000:g} h" if ms % 3_600_000 == 0 else f"{ms} ms"
+
+
+def delay(field: str, value: Any, max_ms: int) -> None:
+    """A delay in milliseconds, at most ``max_ms``; the error names the limit."""
+    if type(value) is not int or not 0 <= value <= max_ms:
+        raise InvalidArgument(
+            field, f"must be 0 to {max_ms} ms (at most {describe_ms(max_ms)}), got {value!r}"
+        )
 
 
 def uint32(field: str, value: Any) -> None:

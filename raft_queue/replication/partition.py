@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import ExitStack, contextmanager
 from typing import Any
+
+from pysyncobj.monotonic import monotonic as monotonic_time
 
 from raft_queue import errors
 from raft_queue.core import codec, commands
@@ -104,6 +107,7 @@ class PartitionReplica(ReplicatedGroup):
         fsync: bool = True,
         log_compaction_min_entries: int = 20000,
         durability: str = "",
+        preferred: bool | None = None,
     ) -> None:
         os.makedirs(data_dir, mode=0o700, exist_ok=True)  # private: docs/security.md
         self.durability = durability or ("fsync" if fsync else "quorum")
@@ -142,6 +146,15 @@ class PartitionReplica(ReplicatedGroup):
             fsync=fsync,
             lease_quorum_s=election_timeout_s[0],
         )
+        if preferred is not None and self._SyncObj__raftCurrentTerm == 0:
+            # A new partition: its preferred (first) replica campaigns first
+            # and the others wait one more election timeout, so it leads from
+            # the start instead of taking over PREFER_AFTER_S later by a
+            # transfer, an election that pauses the partition. If it is down,
+            # the others elect a leader election_timeout_s[1] later.
+            low, high = election_timeout_s
+            first = low / 4 if preferred else high + random.uniform(low, high)
+            self._SyncObj__raftElectionDeadline = monotonic_time() + first
 
     # ---- state machine --------------------------------------------------------------
     def encode_batch(self, cmds: list[Any]) -> bytes:

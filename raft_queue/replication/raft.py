@@ -383,6 +383,10 @@ class SafeSyncObj(AppendEntriesFixes, TickFixes):
         leader = self._getLeader()
         return leader.address if leader is not None else ""
 
+    def term(self) -> int:
+        """The current Raft term; 0 until this replica has seen an election."""
+        return int(self._SyncObj__raftCurrentTerm)
+
     # ---- hazard 2 -------------------------------------------------------------------
     def _SyncObj__deleteEntriesTo(self, toIDx: int) -> None:  # noqa: N802,N803
         """Compaction after a snapshot (pysyncobj renamed ``<dump>.tmp`` to the

@@ -87,7 +87,7 @@ def _wire_parse(conn: TcpConnection) -> Any:
             data = conn.encryptor.decrypt(data)
         if data[:1] != _PICKLE_PROTO:
             data = zlib.decompress(data)
-        message = pickle.loads(data)  # noqa: S301 (hazard 6: set a password)
+        message = pickle.loads(data)  # noqa: S301 (hazard 6: only nodes may reach Raft ports; docs/security.md)
         if conn.recvRandKey:
             rand_key, message = message
             if rand_key != conn.recvRandKey:

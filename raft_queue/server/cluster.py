@@ -1,7 +1,7 @@
 """Cluster-wide view for request handlers: routing, fan-out, submission, status.
 
 Leader routing: a partition's leader is known exactly when this node hosts a
-replica (its Raft state); otherwise from the last NodeStatus answers
+replica that has heard from it (its Raft state); otherwise from the last NodeStatus answers
 (``routes``), and failing that the preferred (first) replica. A wrong guess
 costs one NotLeader, which carries the right leader back to the client.
 """
@@ -51,7 +51,11 @@ class Cluster:
             leader = replica.leader_address()
             if leader:
                 return self.node.raft_address_to_node().get(leader)
-            return None
+            if replica.term() > 0:
+                return None  # an election in progress
+            # A new partition whose leader has not reached this replica yet
+            # (it was elected before this replica started; a few hundred ms):
+            # guess as a node without a replica does, rather than refuse.
         if (queue, part) in self.routes:
             return self.routes[(queue, part)]
         for a in self.node.view.assignments(queue):

@@ -9,7 +9,7 @@ from typing import Any
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
-from raft_queue.config import QueueSpec
+from raft_queue.config import MAX_MESSAGE_DELAY_MS, QueueSpec
 from raft_queue.core.commands import MAX_REQUEST_ID_BYTES, NewRecord, PartitionConfig
 from raft_queue.core.records import plain_blob, to_blob
 from raft_queue.core.results import LeaseResult
@@ -19,7 +19,7 @@ from raft_queue.server.receipts import Receipts
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 MAX_DEDUP_ID = 128
 MAX_KEY = 1024
-MAX_DELAY_MS = 365 * 24 * 3600 * 1000
+MAX_DELAY_MS = MAX_MESSAGE_DELAY_MS
 MAX_VISIBILITY_MS = 12 * 3600 * 1000
 
 DURABILITY = {
@@ -108,7 +108,10 @@ def new_record(i: int, entry: queue_pb2.SendEntry, spec: QueueSpec) -> NewRecord
     if len(entry.key) > MAX_KEY:
         raise errors.InvalidArgument(f"{field}.key", f"longer than {MAX_KEY} characters")
     if entry.delay_ms > MAX_DELAY_MS:
-        raise errors.InvalidArgument(f"{field}.delay_ms", "more than 365 days")
+        raise errors.InvalidArgument(
+            f"{field}.delay_ms",
+            f"{entry.delay_ms} ms: at most {MAX_DELAY_MS} ms (3653 days, 10 years)",
+        )
     if spec.ordering == "fifo" and not entry.key:
         raise errors.InvalidArgument(f"{field}.key", "a fifo queue needs a key on every message")
     headers = tuple(sorted((k, bytes(v)) for k, v in entry.headers.items()))

@@ -309,6 +309,15 @@ class Node:
             self._leader_since[key] = now + PREFER_RETRY_S - PREFER_AFTER_S
             self.host.call(partial(replica.transferLeadership, target))
 
+    def _is_preferred(self, key: ReplicaKey) -> bool | None:
+        """Whether this node holds the preferred (first) replica of ``key``, for a
+        partition as created (epoch 1); None once its replicas changed (a replica
+        added by a move or a repair must not campaign early)."""
+        for a in self.view.assignments(key.queue):
+            if a.partition == key.partition and a.replicas and a.epoch == 1:
+                return a.replicas[0].node_id == self.id
+        return None
+
     def _preferred_address(self, key: ReplicaKey) -> str | None:
         for a in self.view.assignments(key.queue):
             if a.partition == key.partition and a.replicas:
@@ -398,6 +407,7 @@ class Node:
             dial=self._dial,
             durability=durability,
             log_compaction_min_entries=self.config.raft.log_compaction_min_entries,
+            preferred=self._is_preferred(key),
         )
         replica.on_wake = self.wakeups.hook((key.queue, key.partition))
         self.host.add(replica)

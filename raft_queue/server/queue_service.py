@@ -20,6 +20,7 @@ from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2, queue_pb2_grpc
 from raft_queue.core import commands as cmd
 from raft_queue.server import convert, receipt_results, sending
+from raft_queue.server.autocreate import AutoCreate
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.peers import RemoteError, abort_remote, is_forwarded
 from raft_queue.server.queues import Queues
@@ -50,6 +51,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
         self.c = cluster
         self.node = cluster.node
         self.queues = Queues(cluster)
+        self.autocreate = AutoCreate(self.queues)
         self.sender = Sender(cluster)
         self.receiver = Receiver(cluster)
         self.reader = Reader(cluster)
@@ -92,7 +94,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
     # ---- send / receive ----------------------------------------------------------------------
     @handled
     async def Send(self, request: Any, context: Any) -> Any:  # noqa: N802
-        q = self.node.queue_spec(request.queue)
+        q = await self.autocreate.queue_for_send(request, is_forwarded(context))
         results = await self.sender.send(
             q, request.entries, is_forwarded(context), request.request_id
         )

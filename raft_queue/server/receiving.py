@@ -98,7 +98,7 @@ class Receiver:
         self, args: tuple[Any, str, int, int], deadline: float, forwarded: bool, lin: Linger | None
     ) -> list[Any]:
         if forwarded:
-            return await self._local_until(*args, deadline, lin=lin)
+            return await self._local_until(*args, deadline, lin=lin, local_only=True)
         out = await self._round(*args)
         if out or deadline <= asyncio.get_running_loop().time():
             return out
@@ -143,14 +143,13 @@ class Receiver:
         leader node; plan again whenever leadership moves."""
         loop = asyncio.get_running_loop()
         while True:
-            wait_ms = int(max(0.0, deadline - loop.time()) * 1000)
             plan = self._plan(q)
             local = asyncio.ensure_future(
                 self._local_until(q, consumer, max_n, visibility, deadline, plan, lin)
             )
             remote = [
                 asyncio.ensure_future(
-                    self._forward(address, q, consumer, max_n, visibility, wait_ms)
+                    self._forward_until(address, q, consumer, max_n, visibility, deadline)
                 )
                 for address in plan[1]
             ]
@@ -163,10 +162,31 @@ class Receiver:
             await self.give_back(q, got[max_n:])
         return got[:max_n]
 
-    def _plan(self, q: Any) -> tuple[tuple[int, ...], tuple[str, ...]]:
-        """(partitions led here, other leader nodes), sorted: equal plans compare equal."""
+    def _plan(self, q: Any, local_only: bool = False) -> tuple[tuple[int, ...], tuple[str, ...]]:
+        """(partitions led here, other leader nodes; () with ``local_only``),
+        sorted: equal plans compare equal."""
         local, remote = self.c.split_partitions(q.name, q.spec.partitions)
-        return tuple(sorted(p for p, _ in local)), tuple(sorted(remote))
+        return tuple(sorted(p for p, _ in local)), () if local_only else tuple(sorted(remote))
+
+    async def _forward_until(
+        self, address: str, q: Any, consumer: str, max_n: int, visibility: int, deadline: float
+    ) -> list[Any]:
+        """A forwarded long poll on ``address`` until it brings messages or
+        ``deadline`` (loop time) passes. One that ends early and empty (that
+        node's leaders changed, it restarted, the call failed) is sent again,
+        at most once per RECHECK_S: dropping it would leave that node's
+        partitions unwatched for the rest of the poll (the first-election
+        race, docs/internals.md)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            wait_ms = int((deadline - started) * 1000)
+            if wait_ms <= 0:
+                return []
+            got = await self._forward(address, q, consumer, max_n, visibility, wait_ms)
+            if got:
+                return got
+            await asyncio.sleep(max(0.0, started + RECHECK_S - loop.time()))
 
     async def _forward(
         self, address: str, q: Any, consumer: str, max_n: int, visibility: int, wait_ms: int
@@ -195,17 +215,21 @@ class Receiver:
         deadline: float,
         plan: tuple[tuple[int, ...], tuple[str, ...]] | None = None,
         lin: Linger | None = None,
+        local_only: bool = False,
     ) -> list[Any]:
         """Lease from local leaders; when there is nothing, sleep until woken,
         a local timer is due, or ``deadline`` (loop time). Returns [] early
-        if leadership moved away from ``plan`` (the caller plans again).
+        if leadership moved away from ``plan`` (the caller plans again);
+        with ``local_only`` (a forwarded poll, which serves only this node's
+        leaders) only a change of the partitions led here counts: this node
+        learning another partition's leader must not end it.
         The first stand takes up ``lin``'s requests (lingering.py)."""
         loop = asyncio.get_running_loop()
-        plan = plan or self._plan(q)
+        plan = plan or self._plan(q, local_only)
         try_now = True
         while True:
             local, _ = self.c.split_partitions(q.name, q.spec.partitions)
-            if self._plan(q) != plan:
+            if self._plan(q, local_only) != plan:
                 return []
             keys = [(q.name, part) for part, _ in local]
             seen = self.c.wakeups.seen(keys)

@@ -116,6 +116,8 @@ class LocalCluster:
     # advertise[i]: the address node i gives clients and peers (e.g. a fault proxy);
     # empty or missing = its own gRPC address.
     advertise: list[str] = field(default_factory=list)
+    # [queue_defaults] section (QueueSpec): what a Send that creates a queue gives it
+    queue_defaults: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.base_dir = Path(self.base_dir)
@@ -183,9 +185,11 @@ class LocalCluster:
                 "[raft]",
                 *(f"{k} = {v!r}" for k, v in raft.items()),
                 *(["", "[cluster]"] if self.cluster_tuning else []),
-                *(f"{k} = {v!r}" for k, v in self.cluster_tuning.items()),
+                *(f"{k} = {_toml(v)}" for k, v in self.cluster_tuning.items()),
                 *(["", "[limits]"] if self.limits else []),
                 *(f"{k} = {v!r}" for k, v in self.limits.items()),
+                *(["", "[queue_defaults]"] if self.queue_defaults else []),
+                *(f"{k} = {_toml(v)}" for k, v in self.queue_defaults.items()),
                 "",
                 "[security]",
                 *(f"{k} = {_toml(v)}" for k, v in security.items()),

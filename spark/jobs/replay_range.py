@@ -4,7 +4,7 @@
         --target orders-replay --from 2026-11-20T00:00:00Z --to 2026-11-21T00:00:00Z
 
 The range ``[--from, --to)`` is found per partition by binary search on the
-records' append timestamps (the API has no offset-by-time call), printed,
+records' append timestamps (the server's offset-by-time Read), printed,
 then read as a batch and written with a sinkId derived from the arguments:
 running the same replay twice within the target's dedup window publishes
 each message once. Keys and headers are kept, so keyed messages keep their

@@ -62,20 +62,17 @@ def layout(client: Any, queues: Sequence[str]) -> Layout:
 def offsets_for_time(client: Any, shape: Layout, timestamp_ms: int) -> Offsets:
     """Per partition, the first offset stamped at or after ``timestamp_ms`` (else latest).
 
-    The API has no offset-by-time RPC: this is a binary search of one-record
-    reads (``spark.offsets.offset_for_time``), about log2(records) reads per
-    partition, made once on the driver when the query is planned.
+    One Read with ``timestamp_ms`` per partition (the server's offset-by-time
+    lookup, a binary search on the leader: record timestamps never decrease),
+    made once on the driver when the query is planned.
     """
     out: Offsets = {}
     for queue, parts in shape.items():
         out[queue] = {}
         for partition, bounds in parts.items():
-
-            def probe(offset: int, q: str = queue, p: int = partition) -> tuple[int, int] | None:
-                found = client.read(q, p, offset, max_messages=1).messages
-                return (found[0].offset, found[0].timestamp_ms) if found else None
-
-            out[queue][str(partition)] = offset_for_time(timestamp_ms, bounds, probe)
+            found = client.read(queue, partition, 0, max_messages=1, timestamp_ms=timestamp_ms)
+            first = found.messages[0].offset if found.messages else None
+            out[queue][str(partition)] = offset_for_time(bounds, first)
     return out
 
 

@@ -57,7 +57,9 @@ from spark.raftq.options import OptionError, SinkOptions, sink_options
 from spark.raftq.rows import OutRow, out_rows
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # set by Spark's MicroBatchExecution on every task
-SEND_CHUNK = 1000  # the server's entries per Send: one RPC per chunk
+# Entries per Send RPC (one RPC per chunk): the SDK's MAX_BATCH, under the
+# server's limit (limits.max_batch_messages, 10,000 by default).
+SEND_CHUNK = 1000
 _TEXT = (StringType, BinaryType)
 _INT = (IntegerType, LongType, ShortType, ByteType)
 

@@ -139,3 +139,22 @@ def test_a_follower_behind_a_compacted_log_catches_up_from_a_snapshot(tmp_path) 
             assert snapshots, "the follower did not receive a snapshot"
     finally:
         c.stop()
+
+
+def test_a_new_partition_is_led_by_its_preferred_replica_from_its_first_election(
+    cluster: LocalCluster,
+) -> None:
+    """The preferred (first) replica of a new partition campaigns first, so the
+    partition never needs the hand-over (an election that pauses it) that the
+    nodes make after PREFER_AFTER_S of lead by another replica."""
+    with cluster.client() as client:
+        client.create_queue("fresh", partitions=6, replication_factor=3)
+        deadline = time.monotonic() + 20
+        parts = client.partitions("fresh")
+        while not all(p.leader for p in parts) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            parts = client.partitions("fresh")
+        assert all(p.leader for p in parts), parts
+        terms = {r.term for r in client.cluster_status().replicas if r.queue == "fresh"}
+    assert {p.partition: p.leader for p in parts} == {p.partition: p.replicas[0] for p in parts}
+    assert max(terms) == 1, "a partition held more than one election"  # 0: not reached yet

@@ -80,6 +80,25 @@ def test_send_receive_nack_and_redrive_dead_letters_at_a_rate(raftq) -> None:
     assert all(not k.startswith("raftq-dlq-") for m in back for k in m["headers"])
 
 
+def test_long_delays_round_trip_from_the_command_line(raftq, cluster: LocalCluster) -> None:
+    """Delays past the old 32-bit limit (~49.7 days) in days: a queue's up to
+    365 d, a message's up to 3653 d; over the limit, the error names it."""
+    day_ms = 86_400_000
+    info = raftq("queue", "create", "long.q", "--replication", "3", "--delay", "365d", "--json")
+    assert info["config"]["delay_ms"] == 365 * day_ms
+    raftq("queue", "create", "long", "--replication", "3")
+    sent = raftq("send", "long", "later", "--delay", "400d", "--json")
+    assert len(sent) == 1
+    assert raftq("receive", "long", "--wait", "0.5", "--json") == []
+    assert raftq("queue", "describe", "long", "--json")["delayed"] == 1
+    runner = CliRunner()
+    over = ["--server", cluster.bootstrap, "send", "long", "x", "--delay", "3654d"]
+    result = runner.invoke(main, over)
+    assert result.exit_code == 1 and "3653 days" in result.output, result.output
+    bad = runner.invoke(main, ["--server", cluster.bootstrap, "send", "long", "x", "--delay", "1y"])
+    assert bad.exit_code == 2 and "400d" in bad.output, bad.output
+
+
 def test_tail_follows_new_messages(raftq, cluster: LocalCluster) -> None:
     raftq("queue", "create", "tl", "--replication", "3")
     raftq("send", "tl", "old")

@@ -90,6 +90,36 @@ def test_timestamps_select_records_by_append_time(spark, cluster, client, make_q
     assert truth
 
 
+def test_a_time_is_found_with_one_read_per_partition(client, make_queue):
+    """startingTimestamp uses the server's offset-by-time Read (ReadRequest.
+    timestamp_ms), not a client-side binary search of one-record reads."""
+    from spark.raftq import broker
+
+    queue = make_queue(partitions=2)
+    for wave in range(4):
+        send_spread(client, queue, per_partition=5, partitions=2, tag=f"w{wave}")
+        time.sleep(0.05)
+    stamps = sorted({m.timestamp_ms for m in read_queue(client, queue)})
+    at = stamps[len(stamps) // 2]
+    reads: list[Any] = []
+
+    class Counting:
+        def read(self, *args: Any, **kwargs: Any) -> Any:
+            reads.append(kwargs.get("timestamp_ms"))
+            return client.read(*args, **kwargs)
+
+    shape = broker.layout(client, [queue])
+    got = broker.offsets_for_time(Counting(), shape, at)
+    truth: dict[str, int] = {}
+    for m in sorted(read_queue(client, queue), key=lambda m: m.offset, reverse=True):
+        if m.timestamp_ms >= at:
+            truth[str(m.partition)] = m.offset
+    for p, bounds in shape[queue].items():
+        truth.setdefault(str(p), bounds.latest)
+    assert got == {queue: truth}
+    assert reads == [at, at]
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

@@ -169,6 +169,18 @@ def test_send_usage_errors(raftq, cluster, args):
     assert cluster.calls_of("Send") == []
 
 
+def test_send_delay_takes_units_up_to_years(raftq, cluster):
+    cluster.add_queue("q")
+    ok(raftq("send", "q", "x", "--delay", "400d"))
+    ok(raftq("send", "q", "x", "--delay", "90m"))
+    (msg,) = json.loads(ok(raftq("receive", "q", "--no-ack", "--json")).stdout)
+    ok(raftq("nack", "q", msg["receipt"], "--delay", "12h"))
+    sends = [call[1].entries[0].delay_ms for call in cluster.calls_of("Send")]
+    assert sends == [400 * 86_400_000, 90 * 60_000]
+    assert cluster.calls_of("Nack")[0][1].delay_ms == 12 * 3_600_000
+    assert "not a duration" in failed(raftq("send", "q", "x", "--delay", "1y"), 2).output
+
+
 def test_send_delay_is_sent_in_milliseconds(raftq, cluster):
     cluster.add_queue("q")
     ok(raftq("send", "q", "x", "--delay", "1.5"))

@@ -459,6 +459,19 @@ def test_get_list_delete_queue(client):
         client.get_queue("a")
 
 
+def test_a_send_to_a_queue_not_found_leaves_creation_to_the_server(client, cluster):
+    """One Send, placed by the server, with create as the caller gave it;
+    a server that may not create answers NotFound, raised as such."""
+    with pytest.raises(errors.NotFound):
+        client.send("later", b"x", key="k")
+    with pytest.raises(errors.NotFound):
+        client.send_batch("later", [b"y", OutgoingMessage(b"z", partition=0)], create=True)
+    asks = [req for _, req in cluster.calls_of("Send")]
+    assert [r.create for r in asks] == [False, True]
+    assert [e.HasField("partition") for e in asks[1].entries] == [False, True]
+    assert asks[0].entries[0].key == "k" and not asks[0].entries[0].HasField("partition")
+
+
 def test_create_with_a_different_definition_is_already_exists(client):
     client.create_queue("q", partitions=1)
     client.create_queue("q", partitions=1)  # same definition: idempotent

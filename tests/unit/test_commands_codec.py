@@ -91,8 +91,30 @@ def test_round_trip_keeps_unicode_and_binary_exactly() -> None:
 
 
 def _append12(flags: int, max_delay: int, ends: list[int], data: bytes) -> bytes:
+    """An Append of data format 2 (tag 12: 32-bit delays)."""
     head = struct.pack(">QBIBI", 5, 0, len(ends), flags, max_delay)
     return b"\x0c" + head + struct.pack(f">{len(ends)}I", *ends) + data
+
+
+def _append17(flags: int, max_delay: int, ends: list[int], data: bytes) -> bytes:
+    """An Append of today (tag 17: 64-bit delays, 14-byte blob headers)."""
+    head = struct.pack(">QBIBQ", 5, 0, len(ends), flags, max_delay)
+    return b"\x11" + head + struct.pack(f">{len(ends)}I", *ends) + data
+
+
+def test_an_append_of_32_bit_delays_still_decodes() -> None:
+    """Tag 12 (before data format 3) in an old journal or from an old leader."""
+    blob = struct.pack(">IHHH", 86_400_000, 0, 1, 0) + b"k" + b"body"
+    cmd = decode(_append12(1, 86_400_000, [len(blob)], blob))
+    assert cmd == Append((NewRecord(b"body", key="k", delay_ms=86_400_000),), now_ms=5)
+
+
+def test_a_ten_year_delay_round_trips() -> None:
+    ten_years = 3653 * 86_400_000
+    cmd = Append((NewRecord(b"x", delay_ms=ten_years),), now_ms=5)
+    assert decode(encode(cmd)) == cmd
+    with pytest.raises(InvalidArgument, match="3653 days"):
+        NewRecord(b"x", delay_ms=ten_years + 1)
 
 
 def _rejected(data: bytes) -> InvalidArgument:
@@ -144,17 +166,20 @@ def test_garbage_decodes_to_a_valid_command_or_invalid_argument(data: bytes) -> 
         b"\x0d\x01\x05\x00\x01\x09",  # receipt run of no receipts
         b"\x0c" + b"\x00" * 8 + b"\x41",  # request id of 65 bytes
         b"\x0c" + b"\x00" * 9 + b"\x00\x00\x00\x02\x00\x00\x00\x00\x00",  # no end table
-        _append12(0, 0, [12, 11], b"\x00" * 12),  # ends go backwards
-        _append12(0, 0, [9], b"\x00" * 9),  # record shorter than its header
-        _append12(0, 0, [10], b"\x00" * 11),  # a byte after the last record
-        _append12(0, 8, [10], b"\x00" * 10),  # unknown flag
-        _append12(1, 0, [10], b"\x00" * 10),  # summary says a key, the record has none
-        _append12(0, 0, [10], b"\x00\x00\x00\x00\x00\x01" + b"\x00" * 4),  # dedup id past the end
+        _append17(0, 0, [16, 15], b"\x00" * 16),  # ends go backwards
+        _append17(0, 0, [13], b"\x00" * 13),  # record shorter than its header
+        _append17(0, 0, [14], b"\x00" * 15),  # a byte after the last record
+        _append17(0, 8, [14], b"\x00" * 14),  # unknown flag
+        _append17(1, 0, [14], b"\x00" * 14),  # summary says a key, the record has none
+        _append17(0, 0, [14], b"\x00" * 8 + b"\x00\x01" + b"\x00" * 4),  # dedup id past the end
+        _append12(0, 0, [12, 11], b"\x00" * 12),  # tag 12: ends go backwards
+        _append12(0, 0, [9], b"\x00" * 9),  # tag 12: record shorter than its header
+        _append12(0, 0, [10], b"\x00" * 11),  # tag 12: a byte after the last record
         b"\x0b\x00\x00\x00\x01\x00\x00\x00\x05\x0b\x00\x00\x00\x00",  # nested Batch
     ],
 )
 def test_malformed_input_is_rejected(data: bytes) -> None:
-    """(``_append12`` builds tag 12 Appends: flags, max delay, ends, data.)"""
+    """(``_append17`` / ``_append12`` build Appends: flags, max delay, ends, data.)"""
     _rejected(data)
 
 
@@ -173,7 +198,7 @@ def test_tags_are_stable() -> None:
     tags = {type(c).__name__: encode(c)[0] for c in _one_of_each()}
     assert tags == {
         "Configure": 1,
-        "Append": 12,
+        "Append": 17,  # 12 before 64-bit delays (still decoded)
         "Lease": 3,
         "Ack": 13,
         "Nack": 14,
@@ -188,7 +213,7 @@ def test_tags_are_stable() -> None:
 
 def test_the_layouts_before_segments_and_receipt_runs_still_decode() -> None:
     """Tags 2, 4, 5, 6: a record per u32-prefixed blob, a receipt per (offset, epoch)."""
-    blob = to_blob(NewRecord(b"body", key="k"))
+    blob = struct.pack(">IHHH", 0, 0, 1, 0) + b"kbody"  # 32-bit delay, as then
     old_append = b"\x02" + struct.pack(">QII", 7, 1, len(blob)) + blob
     assert decode(old_append) == Append((NewRecord(b"body", key="k"),), 7)
     receipts = b"\x03\x05\x01\x06\x01\x09\x02"  # (5, 1), (6, 1), (9, 2)
@@ -228,8 +253,8 @@ def test_append_encoding_is_compact() -> None:
     """The hot path: a 100-byte record costs a few bytes of framing, not JSON."""
     one = len(encode(Append((NewRecord(b"x" * 100),), 1_700_000_000_000)))
     ten = len(encode(Append((NewRecord(b"x" * 100),) * 10, 1_700_000_000_000)))
-    assert one <= 100 + 34
-    assert (ten - one) / 9 <= 100 + 14
+    assert one <= 100 + 42  # 64-bit delays (data format 3) added 4 + 4 bytes
+    assert (ten - one) / 9 <= 100 + 18
 
 
 @pytest.mark.parametrize(
@@ -258,7 +283,7 @@ def test_append_encoding_is_compact() -> None:
         (lambda: Lease("c", True, 0, 1), "max_records"),
         (lambda: ReceiptRef(1, 0), "epoch"),
         (lambda: ReceiptRef(-1, 1), "offset"),
-        (lambda: Nack((), 2**32, 1), "delay_ms"),
+        (lambda: Nack((), 3653 * 86_400_000 + 1, 1), "delay_ms"),
         (lambda: CommitOffset("", 1), "group"),
         (lambda: CommitOffset("g", 1, reset=1), "reset"),
         (lambda: ForgetDead((1, -2)), "offsets"),

@@ -33,6 +33,8 @@ def test_the_shipped_single_node_config_loads() -> None:
     assert node.controller_peers == {"n1": "127.0.0.1:7100"}
     assert node.grpc_address == "127.0.0.1:7001"
     assert node.limits.max_message_bytes == 1 << 20
+    assert node.cluster.auto_create_queues is False  # off, as Kafka advises for production
+    assert node.queue_defaults == QueueSpec()  # the file spells out the defaults
 
 
 def test_the_shipped_three_node_config_describes_three_disjoint_nodes() -> None:
@@ -75,12 +77,46 @@ def test_unknown_keys_are_rejected_with_their_name(tmp_path: Path) -> None:
             "limits.receive_linger_ms",
         ),
         ("node_id = ", "path"),
+        (
+            'node_id = "a"\ndata_dir = "d"\n[cluster]\nauto_create_queues = 1',
+            "cluster.auto_create_queues",
+        ),
+        (
+            'node_id = "a"\ndata_dir = "d"\n[queue_defaults]\npartitions = 0',
+            "queue_defaults.partitions",
+        ),
+        (
+            'node_id = "a"\ndata_dir = "d"\n[queue_defaults]\ndelay_ms = 31536000001',
+            "queue_defaults.delay_ms",
+        ),
+        (
+            'node_id = "a"\ndata_dir = "d"\n[queue_defaults]\nretention = 5',
+            "queue_defaults.retention",
+        ),
+        (
+            'node_id = "a"\ndata_dir = "d"\n[queue_defaults]\npartitions = "2"',
+            "queue_defaults.partitions",
+        ),
+        (
+            'node_id = "a"\ndata_dir = "d"\n[queue_defaults]\ndead_letter_queue = "x"',
+            "queue_defaults.max_receives",
+        ),
     ],
 )
 def test_load_names_the_bad_key(tmp_path: Path, text: str, field: str) -> None:
     with pytest.raises(errors.ConfigError) as exc:
         config.load(write(tmp_path, text))
     assert field_of(exc) == field
+
+
+def test_queue_defaults_and_auto_create_load(tmp_path: Path) -> None:
+    text = (
+        'node_id = "a"\ndata_dir = "d"\n[cluster]\nauto_create_queues = true\n'
+        '[queue_defaults]\npartitions = 4\nordering = "fifo"\ndelay_ms = 86400000\n'
+    )
+    node = config.load(write(tmp_path, text))
+    assert node.cluster.auto_create_queues is True
+    assert node.queue_defaults == QueueSpec(partitions=4, ordering="fifo", delay_ms=86_400_000)
 
 
 def test_integers_are_accepted_for_seconds(tmp_path: Path) -> None:

@@ -198,16 +198,18 @@ class PurgeQueueResponse(_message.Message):
     def __init__(self, removed: _Optional[int] = ...) -> None: ...
 
 class SendRequest(_message.Message):
-    __slots__ = ("queue", "entries", "request_id", "results_as_runs")
+    __slots__ = ("queue", "entries", "request_id", "results_as_runs", "create")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     RESULTS_AS_RUNS_FIELD_NUMBER: _ClassVar[int]
+    CREATE_FIELD_NUMBER: _ClassVar[int]
     queue: str
     entries: _containers.RepeatedCompositeFieldContainer[SendEntry]
     request_id: bytes
     results_as_runs: bool
-    def __init__(self, queue: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[SendEntry, _Mapping]]] = ..., request_id: _Optional[bytes] = ..., results_as_runs: _Optional[bool] = ...) -> None: ...
+    create: bool
+    def __init__(self, queue: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[SendEntry, _Mapping]]] = ..., request_id: _Optional[bytes] = ..., results_as_runs: _Optional[bool] = ..., create: _Optional[bool] = ...) -> None: ...
 
 class SendRun(_message.Message):
     __slots__ = ("partition", "offset", "count", "duplicate", "durability")
