@@ -22,6 +22,8 @@ import pytest
 
 from raft_queue._proto.raft_queue.v1 import queue_pb2, queue_pb2_grpc
 from raft_queue.client import Client
+from raft_queue.security.node_identity import NodeSigner
+from raft_queue.security.secret import load_secret
 from raft_queue.server.peers import FORWARDED
 from raft_queue.testing.cluster import LocalCluster
 from tests.integration.test_delivery import module_cluster, wait_until
@@ -79,7 +81,11 @@ def test_a_forwarded_long_poll_outlasts_a_leader_change_on_other_nodes(
     client.create_queue(name, partitions=3, replication_factor=3)
     lead(client, name, {0: "n1", 1: "n2", 2: "n3"})
     request = queue_pb2.ReceiveRequest(queue=name, max_messages=10, wait_ms=15_000)
-    t, out = poll_in_thread(cluster.specs[1].address, request, metadata=(FORWARDED,))
+    # As n1 forwards it: the marker counts only with n1's node signature.
+    signature = NodeSigner(load_secret(cluster.secret_path), "n1").metadata(
+        "/raft_queue.v1.QueueService/Receive", request.SerializeToString(), time.time()
+    )
+    t, out = poll_in_thread(cluster.specs[1].address, request, (FORWARDED, *signature))
     time.sleep(0.5)
     lead(client, name, {2: "n1"})
     time.sleep(0.5)  # n2's view has moved on (it hosts a replica of p2)
