@@ -17,11 +17,13 @@ import signal
 from collections.abc import Callable
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from raft_queue import config as config_mod
 from raft_queue._proto.raft_queue.v1 import admin_pb2, admin_pb2_grpc, queue_pb2, queue_pb2_grpc
+from raft_queue.observability import logs
+from raft_queue.observability.node import NodeObservability
 from raft_queue.security.secret import node_secret
 from raft_queue.server.admin_service import AdminService, registration_loop
 from raft_queue.server.cluster import Cluster
@@ -81,7 +83,9 @@ async def serve(config: config_mod.NodeConfig) -> None:
     node = Node(config, dial=dial, secret=secret)
     await loop.run_in_executor(None, node.start, loop)
     cluster = Cluster(node, Peers(dial))
-    server = grpc.aio.server(options=CHANNEL_OPTIONS)
+    observe = NodeObservability(config)
+    interceptors = [*observe.interceptors()]
+    server = grpc.aio.server(options=CHANNEL_OPTIONS, interceptors=interceptors)
     queue_service = QueueService(cluster)
     queue_pb2_grpc.add_QueueServiceServicer_to_server(queue_service, server)
     liveness = Liveness(node, config.cluster)
@@ -99,8 +103,8 @@ async def serve(config: config_mod.NodeConfig) -> None:
     reflection.enable_server_reflection(names, server)
     server.add_insecure_port(f"{config.grpc_host}:{config.grpc_port}")
     await server.start()
-    for name in ("", *names[:2]):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    # Health per service follows readiness from here on (observability/health.py).
+    await observe.start(cluster, liveness, admin, health_servicer, (names[0], names[1]))
     tasks = [
         asyncio.create_task(node.reconcile_forever()),
         asyncio.create_task(registration_loop(cluster, config.cluster.heartbeat_period_s)),
@@ -113,26 +117,25 @@ async def serve(config: config_mod.NodeConfig) -> None:
     tasks.append(asyncio.create_task(follow_metadata(cluster)))
     tune_gc()
     log.info("node %s serving gRPC on %s", node.id, node.address)
-    print(f"raftq node {node.id} ready on {node.address}", flush=True)
+    page = f"; status page http://{observe.address}/" if observe.address else ""
+    print(f"raftq node {node.id} ready on {node.address}{page}", flush=True)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("node %s stopping", node.id)
+    await observe.stop()
     for t in tasks:
         t.cancel()
     await server.stop(2.0)
+    await observe.close()
     await cluster.peers.close()
     await loop.run_in_executor(None, node.stop)
 
 
 def run(config_path: str, node_id: str = "", log_level: str = "INFO") -> None:
-    logging.basicConfig(
-        level=getattr(logging, log_level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("pysyncobj").setLevel(logging.ERROR)
     config = config_mod.load(config_path, node_id)
+    logs.setup(log_level, config.log_format, config.node_id)
     asyncio.run(serve(config))
 
 
