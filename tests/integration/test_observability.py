@@ -133,7 +133,9 @@ def test_a_node_cut_off_by_sigstop_says_not_serving_then_recovers(cluster: Local
     not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
     me, url = cluster.specs[0].address, cluster.metrics_urls[0]
     queue_service = "raft_queue.v1.QueueService"
-    assert health_status(me) == serving and health_status(me, queue_service) == serving
+    # The monitor re-checks every 0.5 s: ready may lag wait_ready by that much.
+    wait_for("SERVING at start", lambda: health_status(me) == serving, 5.0)
+    assert health_status(me, queue_service) == serving
     assert readyz(url) == 200
     cluster.pause(1)
     cluster.pause(2)
