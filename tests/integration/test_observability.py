@@ -168,3 +168,25 @@ def test_health_says_not_serving_below_the_disk_watermark(tmp_path: Path) -> Non
         assert urllib.request.urlopen(c.metrics_urls[0] + "/healthz", timeout=3).status == 200
     finally:
         c.stop()
+
+
+def test_raftq_top_renders_a_frame_from_real_status(cluster: LocalCluster) -> None:
+    from click.testing import CliRunner
+
+    from raft_queue.cli.main import main
+
+    client = cluster.client()
+    client.create_queue("watched", partitions=2)
+    client.send_batch("watched", [b"w"] * 7)
+    result = CliRunner().invoke(
+        main, ["top", "--once", "--interval", "0.2", "--url", cluster.metrics_urls[1]],
+        env={"COLUMNS": "160"},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "3/3 nodes up" in out and "from n2" in out
+    for node_id in ("n1", "n2", "n3"):
+        assert node_id in out
+    row = next(line for line in out.splitlines() if "watched " in line and "│ 2 " in line)
+    assert " 7 " in row  # depth
+    assert "watched[0]" in out and "watched[1]" in out
