@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.request
@@ -92,6 +93,16 @@ def test_histograms_have_samples_and_names_follow_prometheus(cluster: LocalClust
     assert len(ours) > 30
     for name in ours:  # counters end in _total, durations in _seconds (base units)
         assert "_ms" not in name and "millis" not in name, name
+    # Every name the alert rules and the dashboard use is one the nodes export.
+    from tests.unit.test_monitoring_configs import referenced_metrics
+
+    families = set()
+    for url in cluster.metrics_urls:
+        text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+        families |= {f.name for f in text_string_to_metric_families(text)}
+    for name in referenced_metrics():
+        base = re.sub(r"_(total|bucket|count|sum)$", "", name)
+        assert name in families or base in families, name
     # Bounded labels: no receipt, message or consumer ids anywhere.
     keys = {k for rows in merged.values() for labels, _ in rows for k in labels}
     assert keys <= {"method", "code", "queue", "partition", "follower", "reason", "kind", "le"}

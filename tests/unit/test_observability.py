@@ -194,3 +194,16 @@ def test_metrics_switch_turns_counting_off(enabled: bool) -> None:
         assert isinstance(metrics.probe_for("switch", 0), metrics.RaftProbe) is enabled
     finally:
         metrics.configure(True)
+
+
+def test_config_rejects_bad_monitoring_settings() -> None:
+    from raft_queue.config import MetricsConfig, NodeConfig
+    from raft_queue.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="metrics.address"):
+        MetricsConfig(address="no-port")
+    with pytest.raises(ConfigError, match="health.min_free_disk_bytes"):
+        HealthConfig(min_free_disk_bytes=-1)
+    with pytest.raises(ConfigError, match="log_format"):
+        NodeConfig(node_id="n1", data_dir="/tmp/x", log_format="xml")
+    assert NodeConfig(node_id="n1", data_dir="/tmp/x").metrics.address == ""  # off by default
