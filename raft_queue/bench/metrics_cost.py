@@ -21,6 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from raft_queue.bench.measure import proc_cpu_s
 from raft_queue.testing.cluster import LocalCluster
 
 
@@ -31,7 +32,9 @@ def _scrape_loop(urls: list[str], period_s: float, stop: threading.Event) -> Non
                 urllib.request.urlopen(url + "/metrics", timeout=5).read()
 
 
-def one_run(enabled: bool, scrape_s: float) -> float:
+def one_run(enabled: bool, scrape_s: float) -> tuple[float, float]:
+    """W2's msgs/s, and the nodes' CPU (all three, whole bench command:
+    queue creation, warm-up, workload) in microseconds per message sent."""
     with tempfile.TemporaryDirectory() as tmp:
         cluster = LocalCluster(Path(tmp) / "c", nodes=3, metrics={"enabled": enabled})
         cluster.start()
@@ -44,19 +47,23 @@ def one_run(enabled: bool, scrape_s: float) -> float:
             cmd = [sys.executable, "-m", "raft_queue.cli.main", "bench", "--workloads", "W2",
                    "--runs", "1", "--quiet-wait", "0", "--json",
                    "--server", cluster.bootstrap]  # fmt: skip
+            pids = [cluster.pid(i) for i in range(cluster.nodes)]
+            cpu0 = sum(proc_cpu_s(p) for p in pids)
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True)
-            return float(_msgs_per_s(json.loads(out.stdout)))
+            cpu = sum(proc_cpu_s(p) for p in pids) - cpu0
+            rate, msgs = _w2(json.loads(out.stdout))
+            return rate, 1e6 * cpu / max(msgs, 1)
         finally:
             stop.set()
             cluster.stop()
 
 
-def _msgs_per_s(doc: dict[str, Any]) -> float:
-    """W2's msgs/s from ``raftq bench --json`` (its one run); an error is fatal."""
-    (run,) = [r for r in doc["runs"] if r.get("workload", r.get("name")) == "W2"]
+def _w2(doc: dict[str, Any]) -> tuple[float, int]:
+    """W2's msgs/s and messages sent from ``raftq bench --json``; an error is fatal."""
+    (run,) = [r for r in doc["runs"] if r.get("workload") == "W2"]
     if "error" in run.get("info", {}):
         raise RuntimeError(f"W2 failed: {run['info']['error']}")
-    return float(run["metrics"]["msgs_per_s"])
+    return float(run["metrics"]["msgs_per_s"]), int(run["info"]["msgs"])
 
 
 def main() -> None:
@@ -64,16 +71,18 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--scrape-s", type=float, default=5.0)
     args = parser.parse_args()
-    on: list[float] = []
-    off: list[float] = []
+    runs: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
     for k in range(args.pairs):
         for enabled in (True, False) if k % 2 == 0 else (False, True):
-            value = one_run(enabled, args.scrape_s)
-            (on if enabled else off).append(value)
-            print(f"pair {k + 1} metrics {'on ' if enabled else 'off'}: {value:,.0f} msgs/s",
-                  flush=True)  # fmt: skip
-    m_on, m_off = statistics.median(on), statistics.median(off)
-    print(f"median on {m_on:,.0f}  off {m_off:,.0f}  cost {100 * (1 - m_on / m_off):+.1f} %")
+            rate, cpu_us = one_run(enabled, args.scrape_s)
+            runs[enabled].append((rate, cpu_us))
+            print(f"pair {k + 1} metrics {'on ' if enabled else 'off'}: {rate:,.0f} msgs/s, "
+                  f"nodes' CPU {cpu_us:.2f} us/msg", flush=True)  # fmt: skip
+    for i, what in ((0, "msgs/s"), (1, "CPU us/msg")):
+        on = statistics.median(r[i] for r in runs[True])
+        off = statistics.median(r[i] for r in runs[False])
+        cost = 100 * (1 - on / off) if i == 0 else 100 * (on / off - 1)
+        print(f"median {what}: on {on:,.2f}  off {off:,.2f}  cost {cost:+.1f} %")
 
 
 if __name__ == "__main__":

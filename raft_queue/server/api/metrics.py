@@ -47,6 +47,20 @@ def _code_name(context: Any, exc: BaseException | None) -> str:
 _INT_CODES = {c.value[0]: c.name for c in grpc.StatusCode}
 
 
+# Bound children per method and (method, code): labels() takes a lock and
+# builds a key each call; a dict probe does not.
+_GAUGES: dict[str, Any] = {}
+_DONE: dict[tuple[str, str], tuple[Any, Any]] = {}
+
+
+def _finished(method: str, code: str) -> tuple[Any, Any]:
+    pair = _DONE.get((method, code))
+    if pair is None:
+        pair = (RPC_REQUESTS.labels(method, code), RPC_DURATION.labels(method, code))
+        _DONE[(method, code)] = pair
+    return pair
+
+
 class _Call:
     """One call's bookkeeping (start time, in-flight gauge)."""
 
@@ -54,15 +68,18 @@ class _Call:
 
     def __init__(self, method: str) -> None:
         self.method = method
-        self.gauge = RPC_IN_FLIGHT.labels(method)
-        self.gauge.inc()
+        gauge = _GAUGES.get(method)
+        if gauge is None:
+            gauge = _GAUGES[method] = RPC_IN_FLIGHT.labels(method)
+        self.gauge = gauge
+        gauge.inc()
         self.start = time.perf_counter()
 
     def done(self, context: Any, exc: BaseException | None) -> None:
         self.gauge.dec()
-        code = _code_name(context, exc)
-        RPC_REQUESTS.labels(self.method, code).inc()
-        RPC_DURATION.labels(self.method, code).observe(time.perf_counter() - self.start)
+        counter, histogram = _finished(self.method, _code_name(context, exc))
+        counter.inc()
+        histogram.observe(time.perf_counter() - self.start)
 
 
 def _set_log_context(request: Any, context: Any) -> None:
@@ -80,6 +97,10 @@ def _set_log_context(request: Any, context: Any) -> None:
 
 
 class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    def __init__(self) -> None:
+        # method -> (the handler grpc gave, our wrapper of it): built once per method.
+        self._wrapped: dict[str, tuple[Any, Any]] = {}
+
     async def intercept_service(
         self,
         continuation: Callable[[Any], Awaitable[Any]],
@@ -88,21 +109,29 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
-        parts = handler_call_details.method.rsplit("/", 2)
-        method = f"{parts[-2].rsplit('.', 1)[-1]}/{parts[-1]}" if len(parts) >= 2 else "unknown"
-        if handler.unary_unary is not None:
-            return _unary(handler, handler.unary_unary, method, grpc.unary_unary_rpc_method_handler)
-        if handler.stream_unary is not None:
-            return _unary(
-                handler, handler.stream_unary, method, grpc.stream_unary_rpc_method_handler
-            )
-        if handler.unary_stream is not None:
-            return _stream(
-                handler, handler.unary_stream, method, grpc.unary_stream_rpc_method_handler
-            )
-        return _stream(
-            handler, handler.stream_stream, method, grpc.stream_stream_rpc_method_handler
-        )
+        full = handler_call_details.method
+        cached = self._wrapped.get(full)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = _wrap(handler, _method_label(full))
+        self._wrapped[full] = (handler, wrapped)
+        return wrapped
+
+
+def _method_label(full: str) -> str:
+    """``/raft_queue.v1.QueueService/Send`` -> ``QueueService/Send``."""
+    parts = full.rsplit("/", 2)
+    return f"{parts[-2].rsplit('.', 1)[-1]}/{parts[-1]}" if len(parts) >= 2 else "unknown"
+
+
+def _wrap(handler: Any, method: str) -> Any:
+    if handler.unary_unary is not None:
+        return _unary(handler, handler.unary_unary, method, grpc.unary_unary_rpc_method_handler)
+    if handler.stream_unary is not None:
+        return _unary(handler, handler.stream_unary, method, grpc.stream_unary_rpc_method_handler)
+    if handler.unary_stream is not None:
+        return _stream(handler, handler.unary_stream, method, grpc.unary_stream_rpc_method_handler)
+    return _stream(handler, handler.stream_stream, method, grpc.stream_stream_rpc_method_handler)
 
 
 def _unary(handler: Any, behavior: Any, method: str, make: Any) -> Any:
