@@ -2,8 +2,11 @@
 
 Starts the Raft driver, the metadata replica, the reconciler, the
 registration heartbeat, housekeeping (retention, dead letters) and the
-grpc.aio server (QueueService, AdminService, grpc.health.v1, reflection).
-SIGTERM / SIGINT stop it cleanly: gRPC first (in-flight calls get 2 s), then
+grpc.aio server (QueueService, AdminService, grpc.health.v1, reflection),
+and observability (raft_queue/observability/: metrics, health that follows the
+metadata quorum and disk, the HTTP listener with the status page).
+SIGTERM / SIGINT stop it cleanly: health says NOT_SERVING, then gRPC stops
+(in-flight calls get 2 s), then
 every Raft group (journals flushed).
 """
 
