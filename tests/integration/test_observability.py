@@ -42,7 +42,8 @@ def cluster_total(c: LocalCluster, name: str, **want: str) -> float:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path / "cluster", nodes=3)
+    # Snapshots every 50 entries, so the snapshot metrics have something to count.
+    c = LocalCluster(tmp_path / "cluster", nodes=3, raft={"log_compaction_min_entries": 50})
     c.start()
     try:
         c.wait_ready(60)
@@ -71,6 +72,8 @@ def test_histograms_have_samples_and_names_follow_prometheus(cluster: LocalClust
     client = cluster.client()
     client.create_queue("timed", partitions=1)
     client.send_batch("timed", [b"x"] * 20)
+    for i in range(60):  # one Raft entry each: past log_compaction_min_entries
+        client.send("timed", b"one %d" % i)
     with pytest.raises(Exception):  # noqa: B017 (any error: we count its code)
         client.get_queue("no-such-queue")
     merged: dict[str, list[tuple[dict[str, str], float]]] = {}
@@ -87,6 +90,9 @@ def test_histograms_have_samples_and_names_follow_prometheus(cluster: LocalClust
     assert total(merged, "raftq_rpc_requests_total", code="NOT_FOUND") >= 1
     assert total(merged, "raftq_raft_entries_appended_total", queue="timed") > 0
     assert total(merged, "raftq_raft_appended_bytes_total", queue="timed") > 0
+    wait_for("a snapshot", lambda: cluster_total(
+        cluster, "raftq_raft_snapshots_total", queue="timed", kind="create") > 0, 10.0)  # fmt: skip
+    assert cluster_total(cluster, "raftq_raft_snapshot_duration_seconds_count", queue="timed") > 0
     for name in ("raftq_disk_free_bytes", "process_resident_memory_bytes", "raftq_node_ready"):
         assert total(merged, name) > 0, name
     ours = [n for n in merged if n.startswith("raftq_")]
