@@ -107,9 +107,12 @@ class StatusSource:
 
     def _nodes(self, answers: dict[str, Any], leader: str, now: float) -> list[dict[str, Any]]:
         out = []
+        md = self.node.metadata
+        # Heartbeat ages are only kept (and fresh) on the metadata leader.
+        leads = self.liveness is not None and md is not None and md.is_leader()
         for n in sorted(self.node.view.nodes().values(), key=lambda n: n.node_id):
             ans = answers.get(n.node_id)
-            age = self.liveness.age_s(n.node_id) if self.liveness is not None else None
+            age = self.liveness.age_s(n.node_id) if leads else None
             if age is None and n.node_id in self.last_answer:
                 age = now - self.last_answer[n.node_id]  # as this node last heard from it
             out.append(
