@@ -77,25 +77,6 @@ def test_probes_stay_open_unless_configured_closed() -> None:
         assert get(closed, path, authorization=f"Bearer {GOOD}").status == 200, path
 
 
-def test_the_http_server_answers_on_a_real_socket() -> None:
-    async def run() -> tuple[bytes, bytes]:
-        srv = server()
-        port = await srv.start("127.0.0.1", 0)
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"GET /api/status HTTP/1.1\r\nHost: x\r\n\r\n")
-        denied = await reader.read()
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(f"GET /api/status HTTP/1.1\r\nAuthorization: Bearer {GOOD}\r\n\r\n".encode())
-        allowed = await reader.read()
-        await srv.close()
-        return denied, allowed
-
-    denied, allowed = asyncio.run(run())
-    assert denied.startswith(b"HTTP/1.1 401")
-    assert allowed.startswith(b"HTTP/1.1 200")
-    assert json.loads(allowed.split(b"\r\n\r\n", 1)[1]) == {"node": "n1", "nodes": []}
-
-
 def test_ready_needs_quorum_disk_and_not_stopping() -> None:
     cfg = HealthConfig(min_free_disk_bytes=100)
     assert judge(True, 100, False, cfg).ready
