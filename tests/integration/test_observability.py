@@ -76,6 +76,8 @@ def test_histograms_have_samples_and_names_follow_prometheus(cluster: LocalClust
         client.send("timed", b"one %d" % i)
     with pytest.raises(Exception):  # noqa: B017 (any error: we count its code)
         client.get_queue("no-such-queue")
+    with pytest.raises(Exception):  # noqa: B017 (refused by the node's [limits])
+        client.receive("timed", max_messages=5000)
     merged: dict[str, list[tuple[dict[str, str], float]]] = {}
     for url in cluster.metrics_urls:
         for name, rows in scrape(url).items():
@@ -88,6 +90,8 @@ def test_histograms_have_samples_and_names_follow_prometheus(cluster: LocalClust
         assert total(merged, name) > 0, name
     assert total(merged, "raftq_rpc_requests_total", method="QueueService/Send", code="OK") > 0
     assert total(merged, "raftq_rpc_requests_total", code="NOT_FOUND") >= 1
+    assert total(merged, "raftq_rejections_total", reason="limits") >= 1
+    assert total(merged, "raftq_rpc_requests_total", code="INVALID_ARGUMENT") >= 1
     assert total(merged, "raftq_raft_entries_appended_total", queue="timed") > 0
     assert total(merged, "raftq_raft_appended_bytes_total", queue="timed") > 0
     wait_for("a snapshot", lambda: cluster_total(
