@@ -28,7 +28,6 @@ if not (CHROMIUM and CHROMEDRIVER):
         allow_module_level=True,
     )
 webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.webdriver.common.by import By  # noqa: E402
 
 
 @pytest.fixture
@@ -56,20 +55,22 @@ def wait_until(driver: Any, what: str, check: Any, timeout_s: float) -> float:
         if check():
             return time.monotonic() - start
         time.sleep(0.1)
-    rows = [r.get_attribute("outerHTML")[:300] for r in driver.find_elements(By.CSS_SELECTOR, "tr")]
-    summary = driver.find_element(By.ID, "summary").text
-    raise AssertionError(f"page did not show {what} within {timeout_s} s: {summary} {rows}")
+    page = driver.execute_script("return document.querySelector('main').innerText;")
+    raise AssertionError(f"page did not show {what} within {timeout_s} s:\n{page}")
 
 
 def node_status(driver: Any, node_id: str) -> str:
-    rows = driver.find_elements(By.CSS_SELECTOR, f'tr[data-node="{node_id}"]')
-    return str(rows[0].get_attribute("data-status")) if rows else ""
+    return attr(driver, f'tr[data-node="{node_id}"]', "data-status")
 
 
 def attr(driver: Any, selector: str, name: str) -> str:
-    """An attribute of the first match, looked up afresh (rows are redrawn each poll)."""
-    rows = driver.find_elements(By.CSS_SELECTOR, selector)
-    return str(rows[0].get_attribute(name)) if rows else ""
+    """An attribute of the first match, read in one script run: the page redraws
+    its rows every poll, so an element found in one call may be gone by the next."""
+    script = (
+        "const r = document.querySelector(arguments[0]);"
+        " return r ? r.getAttribute(arguments[1]) : '';"
+    )
+    return str(driver.execute_script(script, selector, name) or "")
 
 
 def shot(driver: Any, tmp_path: Path, name: str) -> None:
@@ -97,8 +98,7 @@ def test_status_page_shows_nodes_new_queues_and_a_killed_node(tmp_path: Path, br
             client.send_batch("orders", [b"order %d" % i for i in range(10)])
             time.sleep(0.4)
         row = 'tr[data-queue="created-after-load"]'
-        wait_until(browser, "the new queue",
-                   lambda: browser.find_elements(By.CSS_SELECTOR, row), 10)  # fmt: skip
+        wait_until(browser, "the new queue", lambda: attr(browser, row, "data-queue"), 10)
         wait_until(
             browser, "the new queue's depth", lambda: attr(browser, row, "data-depth") == "210", 10
         )

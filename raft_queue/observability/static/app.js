@@ -94,6 +94,13 @@ function rateCell(values) {
   return el("td", {class: "rate"}, el("span", {class: "num"}, now.toFixed(1)), sparkline(values));
 }
 
+// A count summed over the partitions that have a leader: unknown without any,
+// a lower bound while some have none.
+function partial(q, text) {
+  if (q.leaders === 0) return "?";
+  return q.leaders < q.partitions ? "\u2265 " + text : text;
+}
+
 function drawQueues(doc) {
   const body = document.querySelector("#queues tbody");
   document.getElementById("no-queues").hidden = doc.queues.length > 0;
@@ -104,7 +111,8 @@ function drawQueues(doc) {
     return el("tr", {"data-queue": q.name, "data-depth": q.messages},
       el("td", {}, el("strong", {}, q.name)),
       el("td", {}, led),
-      el("td", {class: "num"}, fmtNum(q.messages)),
+      el("td", {class: "num", title: "as reported by the partitions' leaders"},
+        partial(q, fmtNum(q.messages))),
       el("td", {class: "num"}, fmtNum(q.in_flight)),
       el("td", {class: "num"}, fmtNum(q.delayed)),
       el("td", {class: "num" + (q.dead ? " warn" : "")}, fmtNum(q.dead)),
