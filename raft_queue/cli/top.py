@@ -86,6 +86,14 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.1f} h"
 
 
+def _partial(q: dict[str, Any], text: str) -> str:
+    """A sum over the partitions with a leader: unknown without any, a lower bound
+    while some have none (as the status page shows it)."""
+    if q.get("leaders", q["partitions"]) == 0:
+        return "?"
+    return f">= {text}" if q.get("leaders", q["partitions"]) < q["partitions"] else text
+
+
 def _table(title: str, *columns: str) -> Table:
     """A table; a column named "#..." holds numbers (right-aligned)."""
     table = Table(title=title)
@@ -116,7 +124,7 @@ def render(doc: dict[str, Any], rates: Rates) -> Group:
         name = q["name"]
         oldest = _age(q["oldest_age_s"]) if q["messages"] else "-"
         queues.add_row(
-            name, str(q["partitions"]), f"{q['messages']:,}", f"{q['in_flight']:,}",
+            name, str(q["partitions"]), _partial(q, f"{q['messages']:,}"), f"{q['in_flight']:,}",
             f"{q['delayed']:,}", f"{q['dead']:,}", oldest,
             _rate(rates.sends.get(name, [])), _rate(rates.receives.get(name, [])),
         )  # fmt: skip
