@@ -10,7 +10,14 @@ PYTEST_ARGS ?=
 
 .PHONY: setup run test unit integration lint proto proto-check bench chaos clean
 
+# Debian packages the tests use: chromium + chromium-driver (the status page's
+# browser test), prometheus (promtool checks configs/monitoring/). CI is a fresh
+# Debian machine running as root; elsewhere install them yourself.
+SYSTEM_PACKAGES := chromium chromium-driver prometheus
+
 $(STAMP): pyproject.toml
+	if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && ! (command -v chromedriver && command -v promtool) >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES); fi
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev,spark]'

@@ -231,6 +231,51 @@ class ApiConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    """``[metrics]``: the node's HTTP listener (raft_queue/observability/):
+    Prometheus text at ``/metrics``, ``/healthz``, ``/readyz`` and the status
+    page at ``/`` (``/api/status``). ``address = ""`` serves no HTTP.
+    ``enabled = false`` also turns the instrumentation of the request and
+    Raft paths off (the switch behind the cost figure in docs/benchmarks.md).
+    ``open_probes``: /metrics, /healthz and /readyz answer without a token
+    (Prometheus and load balancers scrape them); the page and its API always
+    require one once authentication is configured.
+    """
+
+    address: str = ""
+    enabled: bool = True
+    open_probes: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("enabled", "open_probes"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"metrics.{name}", "must be true or false")
+        if self.address:
+            parse_host_port("metrics.address", self.address)
+
+
+@dataclass(frozen=True, slots=True)
+class HealthConfig:
+    """``[health]``: when the node says NOT_SERVING (gRPC health, /readyz).
+    It is ready while it reaches the metadata quorum (a voter: its metadata
+    replica knows a leader, and a leader hears from a quorum within
+    ``quorum_timeout_s``; a non-voter: its last metadata poll reached a voter
+    that knows a leader), its data directory's file system has at least
+    ``min_free_disk_bytes`` free, and it is not shutting down. Checked every
+    ``check_period_s``.
+    """
+
+    min_free_disk_bytes: int = 256 * MIB
+    check_period_s: float = 0.5
+    quorum_timeout_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        _check_int(ConfigError, "health.min_free_disk_bytes", self.min_free_disk_bytes, 0, 2**62)
+        _check_positive("health.check_period_s", self.check_period_s)
+        _check_positive("health.quorum_timeout_s", self.quorum_timeout_s)
+
+
+@dataclass(frozen=True, slots=True)
 class NodeConfig:
     """One node process. See configs/local-3node.toml for each field's meaning."""
 
@@ -256,6 +301,11 @@ class NodeConfig:
     # a Send asking for it): QueueSpec's fields, checked as CreateQueue
     # checks them (an error is a ConfigError naming queue_defaults.<field>).
     queue_defaults: QueueSpec = field(default_factory=lambda: QueueSpec())
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
+    # "text" (human) or "json" (one object a line: node, request id, queue,
+    # partition where known; raft_queue/observability/logs.py).
+    log_format: str = "text"
 
     def __post_init__(self) -> None:
         check_name("node_id", self.node_id, error=ConfigError)
@@ -270,6 +320,8 @@ class NodeConfig:
             parse_host_port("advertise_address", self.advertise_address)
         for seed in self.seeds:
             parse_host_port("seeds", seed)
+        if self.log_format not in ("text", "json"):
+            raise ConfigError("log_format", f"{self.log_format!r} not one of text, json")
         self._check_ports()
         self._check_controllers()
 

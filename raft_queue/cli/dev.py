@@ -61,6 +61,7 @@ def up(nodes: int, data_dir: str, base_port: int) -> None:
         click.echo(
             f"  {s.node_id}  gRPC {s.address}  pid {cluster.pid(i)}  log {cluster.log_path(i)}"
         )
+        click.echo(f"      status page {s.metrics_url}/  metrics {s.metrics_url}/metrics")
     click.echo(f"\n  export RAFTQ_SERVER={cluster.bootstrap}")
     click.echo("  raftq cluster status\n\nCtrl-C stops the cluster.")
     reported: set[int] = set()

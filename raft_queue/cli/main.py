@@ -113,6 +113,12 @@ try:
     main.add_command(bench)
 except ImportError:
     pass
+try:
+    from raft_queue.cli.top import top
+
+    main.add_command(top)
+except ImportError:
+    pass
 
 
 if __name__ == "__main__":

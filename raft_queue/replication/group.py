@@ -161,6 +161,7 @@ class ReplicatedGroup(SafeSyncObj):
         self._seq += 1
         seq = self._seq
         self._inflight[seq] = (futures, deadline)
+        proposed = time.monotonic()
 
         def done(result: Any, err: int) -> None:
             self._inflight.pop(seq, None)
@@ -169,6 +170,7 @@ class ReplicatedGroup(SafeSyncObj):
                 for fut in futures:
                     _fail(fut, exc)
                 return
+            self.probe.committed(time.monotonic() - proposed)
             results = self.split_results(result, len(futures))
             for fut, res, is_early in zip(futures, results, early, strict=True):
                 _resolve(fut, _as_early(res, False) if is_early else res)
@@ -259,6 +261,7 @@ class ReplicatedGroup(SafeSyncObj):
 
     def close(self) -> None:
         self.fail_all(errors.Unavailable(f"{self.key}: replica stopped"))
+        self.probe.close()
         self._destroy_now()
 
     def _destroy_now(self) -> None:

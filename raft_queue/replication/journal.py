@@ -15,11 +15,14 @@ import os
 import pickle
 import shutil
 import struct
+import time
 import zlib
 from typing import Any
 
 from pysyncobj import journal as journal_format
 from pysyncobj.journal import FileJournal, MetaStorer, ResizableFile
+
+from raft_queue.observability.metrics import NULL_PROBE
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +136,8 @@ class SyncedJournal:
         self.inflight: SyncJob | None = None
         self._copied = 0  # POWERLOSS_COPY: the write sequence of "<journal>.synced"
         self.syncs = 0
+        # Metrics (observability/metrics.py's RaftProbe), set by the group.
+        self.probe: Any = NULL_PROBE
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -159,6 +164,7 @@ class SyncedJournal:
     def add(self, command: bytes, idx: int, term: int) -> None:
         self._inner.add(command, idx, term)
         self.written += 1
+        self.probe.appended(len(command))
 
     def clear(self) -> None:
         self._inner.clear()
@@ -231,6 +237,7 @@ class SyncedJournal:
         job = self._job()
         if job is not None:
             job.run()
+            self.probe.synced(job.seconds)
             if job.error is not None:
                 raise job.error
             self._finish(job)
@@ -301,7 +308,7 @@ class SyncJob:
     the journal's own meanwhile). ``copy``: POWERLOSS_COPY's snapshot of the
     file taken when it began."""
 
-    __slots__ = ("copy", "error", "fd", "last_index", "seq")
+    __slots__ = ("copy", "error", "fd", "last_index", "seconds", "seq")
 
     def __init__(self, fd: int, seq: int, last_index: int, copy: str | None) -> None:
         self.fd = fd
@@ -309,16 +316,19 @@ class SyncJob:
         self.last_index = last_index
         self.copy = copy
         self.error: OSError | None = None
+        self.seconds = 0.0  # how long the fdatasync took (metrics)
 
     def run(self) -> None:
         """The sync itself (any thread; releases the GIL). An error is kept in
         ``error``: nothing it would have covered counts as synced."""
+        start = time.monotonic()
         try:
             os.fdatasync(self.fd)
         except OSError as exc:
             self.error = exc
         finally:
             os.close(self.fd)
+            self.seconds = time.monotonic() - start
 
 
 def _remove_quietly(path: str) -> None:

@@ -56,6 +56,7 @@ from pysyncobj.poller import Poller
 from pysyncobj.syncobj import _RAFT_STATE, FAIL_REASON
 
 from raft_queue import errors
+from raft_queue.observability.metrics import NULL_PROBE
 from raft_queue.replication.appends import AppendEntriesFixes
 from raft_queue.replication.journal import SyncedJournal, SyncJob, fsync_dir
 from raft_queue.replication.syncs import SyncThreads
@@ -186,6 +187,8 @@ class SafeSyncObj(AppendEntriesFixes, TickFixes):
     """
 
     syncer: SyncThreads | None = None
+    # Metrics (observability/metrics.py): a RaftProbe once the node names the group.
+    probe: Any = NULL_PROBE
 
     def __init__(
         self,
@@ -233,6 +236,39 @@ class SafeSyncObj(AppendEntriesFixes, TickFixes):
                 return data
 
             serializer._Serializer__deserializer = deserialize
+        self._timed_snapshots(serializer)
+        self._seen_leader: Any = None
+        self._seen_term = 0
+
+    def set_probe(self, probe: Any) -> None:
+        """Report to ``probe`` from now on (driver thread)."""
+        self.probe = probe
+        self._SyncObj__raftLog.probe = probe
+
+    def _timed_snapshots(self, serializer: Any) -> None:
+        """Time each snapshot written (serializer) and installed from a
+        leader (deserializer, except the load at start) for the probe."""
+        write = serializer._Serializer__serializer
+        read = serializer._Serializer__deserializer
+        if write is not None:
+
+            def timed_write(path: str, data: Any) -> Any:
+                start = time.monotonic()
+                out = write(path, data)
+                self.probe.snapshot("create", time.monotonic() - start)
+                return out
+
+            serializer._Serializer__serializer = timed_write
+        if read is not None:
+
+            def timed_read(path: str) -> Any:
+                start = time.monotonic()
+                out = read(path)
+                if not self._loading_at_start:
+                    self.probe.snapshot("install", time.monotonic() - start)
+                return out
+
+            serializer._Serializer__deserializer = timed_read
 
     # The poller pysyncobj creates in __init__ is replaced by our shared view.
     @property
@@ -264,6 +300,7 @@ class SafeSyncObj(AppendEntriesFixes, TickFixes):
         if self._closed:
             return
         journal = self._SyncObj__raftLog
+        self.probe.synced(job.seconds)
         journal.end_sync(job)
         self.flush_durable()
         if (
@@ -307,6 +344,15 @@ class SafeSyncObj(AppendEntriesFixes, TickFixes):
             self._onTick(0.0)
         except Exception:
             log.exception("tick failed for %s", self.selfNode)
+        if self._SyncObj__raftLeader is not self._seen_leader:
+            self._seen_leader = self._SyncObj__raftLeader
+            if self._seen_leader is not None:
+                self.probe.leader_changed()
+        if self._SyncObj__raftState == _RAFT_STATE.CANDIDATE:
+            term = self._SyncObj__raftCurrentTerm
+            if term != self._seen_term:
+                self._seen_term = term
+                self.probe.election()
 
     def next_deadline(self, now: float) -> float:
         """When this group next needs a tick if no message or command arrives
@@ -378,6 +424,35 @@ class SafeSyncObj(AppendEntriesFixes, TickFixes):
         last = self._SyncObj__lastResponseTime
         heard = 1 + sum(1 for n in others if last.get(n, 0) > deadline)
         return heard > (len(others) + 1) / 2
+
+    def in_contact(self, within_s: float) -> bool:
+        """Part of a working group: a leader that heard from a quorum within
+        ``within_s``, or a follower whose leader was heard from recently (its
+        election deadline, pushed forward by each leader message, passed less
+        than ``within_s`` ago). Any thread (reads two fields); health checks."""
+        if self._SyncObj__raftState == _RAFT_STATE.LEADER:
+            return self.has_quorum_contact(within_s)
+        if self._SyncObj__raftLeader is None:
+            return False
+        return bool(monotonic_time() < self._SyncObj__raftElectionDeadline + within_s)
+
+    def follower_progress(self) -> list[tuple[str, int, float]]:
+        """Leader: ``(follower address, entries behind, seconds since heard)``
+        per follower; empty on a non-leader. Any thread (metrics): a racing
+        change of the peer set gives an empty list, never an error."""
+        if self._SyncObj__raftState != _RAFT_STATE.LEADER:
+            return []
+        try:
+            log_ = self._SyncObj__raftLog
+            last = log_[-1][1] if len(log_) else 0
+            match = dict(self._SyncObj__raftMatchIndex)
+            heard = dict(self._SyncObj__lastResponseTime)
+        except (RuntimeError, IndexError):
+            return []
+        now = monotonic_time()
+        return [
+            (n.address, max(0, last - idx), now - heard.get(n, 0.0)) for n, idx in match.items()
+        ]
 
     def leader_address(self) -> str:
         leader = self._getLeader()

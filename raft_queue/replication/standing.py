@@ -83,6 +83,9 @@ class StandingLeases:
         request.future.cancel()
         return True
 
+    def __len__(self) -> int:
+        return len(self._waiting)
+
     def __bool__(self) -> bool:
         return bool(self._waiting)
 

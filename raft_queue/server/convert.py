@@ -14,6 +14,7 @@ from raft_queue.core.commands import MAX_REQUEST_ID_BYTES, NewRecord, PartitionC
 from raft_queue.core.records import plain_blob, to_blob
 from raft_queue.core.results import LeaseResult
 from raft_queue.core.segments import HAS_DEDUP, HAS_KEY, Segment, Summary, summarize
+from raft_queue.observability import metrics
 from raft_queue.server.receipts import Receipts
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -98,6 +99,7 @@ def partition_config(spec: QueueSpec) -> PartitionConfig:
 def new_record(i: int, entry: queue_pb2.SendEntry, spec: QueueSpec) -> NewRecord:
     field = f"entries[{i}]"
     if len(entry.body) > spec.max_message_bytes:
+        metrics.count_rejection("limits")
         raise errors.InvalidArgument(
             f"{field}.body",
             f"{len(entry.body)} bytes is over the queue's max_message_bytes "

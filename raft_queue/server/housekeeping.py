@@ -28,6 +28,7 @@ from typing import Any
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.core import commands as cmd
+from raft_queue.observability import metrics
 from raft_queue.replication.partition import PartitionReplica
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.node import ReplicaKey
@@ -132,6 +133,7 @@ class Housekeeper:
             if found:
                 await self.sender.send(dlq, found, forwarded=False)
         await self.c.submit(replica, cmd.ForgetDead(tuple(offsets)))
+        metrics.count_dead_lettered(q.name, part, len(offsets))  # moved or, without a DLQ, dropped
 
 
 def dead_letter_entry(q: Any, part: int, replica: PartitionReplica, offset: int) -> Any:

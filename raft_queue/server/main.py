@@ -3,8 +3,11 @@
 Starts the Raft driver, the metadata replica, the reconciler, the
 registration heartbeat, housekeeping (retention, dead letters) and the
 grpc.aio server (QueueService, AdminService, NodeService, grpc.health.v1,
-and reflection when ``[api] reflection = true``).
-SIGTERM / SIGINT stop it cleanly: gRPC first (in-flight calls get 2 s), then
+and reflection when ``[api] reflection = true``), and observability
+(raft_queue/observability/: metrics, health that follows the metadata quorum
+and disk, the HTTP listener with the status page).
+SIGTERM / SIGINT stop it cleanly: health says NOT_SERVING, then gRPC stops
+(in-flight calls get 2 s), then
 every Raft group (journals flushed).
 """
 
@@ -18,7 +21,7 @@ import signal
 from collections.abc import Callable
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2_grpc
 
 from raft_queue import config as config_mod
 from raft_queue._proto.raft_queue.v1 import (
@@ -28,6 +31,8 @@ from raft_queue._proto.raft_queue.v1 import (
     queue_pb2,
     queue_pb2_grpc,
 )
+from raft_queue.observability import logs
+from raft_queue.observability.node import NodeObservability
 from raft_queue.security.files import private_files
 from raft_queue.security.secret import node_secret
 from raft_queue.server.admin_service import AdminService
@@ -91,14 +96,18 @@ async def serve(config: config_mod.NodeConfig) -> None:
     node = Node(config, dial=dial, secret=secret)
     await loop.run_in_executor(None, node.start, loop)
     cluster = Cluster(node, Peers(dial, signer=door.node_signer(secret, node.id)))
-    server = grpc.aio.server(options=CHANNEL_OPTIONS, interceptors=door.interceptors(secret))
+    observe = NodeObservability(config)
+    # Outermost first: metrics see every answer, the doors' refusals included.
+    interceptors = [*observe.interceptors(), *door.interceptors(secret)]
+    server = grpc.aio.server(options=CHANNEL_OPTIONS, interceptors=interceptors)
     queue_service = QueueService(cluster)
     queue_pb2_grpc.add_QueueServiceServicer_to_server(queue_service, server)
     liveness = Liveness(node, config.cluster)
     mover = Mover(cluster, config.cluster)
     admin = AdminService(cluster, liveness, Operations(cluster, mover))
     admin_pb2_grpc.add_AdminServiceServicer_to_server(admin, server)
-    node_pb2_grpc.add_NodeServiceServicer_to_server(NodeService(cluster, liveness), server)
+    node_service = NodeService(cluster, liveness)
+    node_pb2_grpc.add_NodeServiceServicer_to_server(node_service, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (
@@ -109,8 +118,8 @@ async def serve(config: config_mod.NodeConfig) -> None:
     door.maybe_reflection(config.api, server, names)
     server.add_insecure_port(f"{config.grpc_host}:{config.grpc_port}")
     await server.start()
-    for name in ("", *names[:2]):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    # Health per service follows readiness from here on (observability/health.py).
+    await observe.start(cluster, liveness, node_service, health_servicer, (names[0], names[1]))
     tasks = [
         asyncio.create_task(node.reconcile_forever()),
         asyncio.create_task(registration_loop(cluster, config.cluster.heartbeat_period_s)),
@@ -123,26 +132,25 @@ async def serve(config: config_mod.NodeConfig) -> None:
     tasks.append(asyncio.create_task(follow_metadata(cluster)))
     tune_gc()
     log.info("node %s serving gRPC on %s", node.id, node.address)
-    print(f"raftq node {node.id} ready on {node.address}", flush=True)
+    page = f"; status page http://{observe.address}/" if observe.address else ""
+    print(f"raftq node {node.id} ready on {node.address}{page}", flush=True)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("node %s stopping", node.id)
+    await observe.stop()
     for t in tasks:
         t.cancel()
     await server.stop(2.0)
+    await observe.close()
     await cluster.peers.close()
     await loop.run_in_executor(None, node.stop)
 
 
 def run(config_path: str, node_id: str = "", log_level: str = "INFO") -> None:
-    logging.basicConfig(
-        level=getattr(logging, log_level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("pysyncobj").setLevel(logging.ERROR)
     config = config_mod.load(config_path, node_id)
+    logs.setup(log_level, config.log_format, config.node_id)
     asyncio.run(serve(config))
 
 

@@ -29,6 +29,7 @@ from raft_queue import errors
 from raft_queue.config import NodeConfig
 from raft_queue.core import metadata as meta
 from raft_queue.core.commands import Configure
+from raft_queue.observability import metrics
 from raft_queue.replication.host import RaftHost
 from raft_queue.replication.metadata import MetadataReplica
 from raft_queue.replication.partition import PartitionReplica
@@ -129,6 +130,7 @@ class Node:
         # Assigned before the host drives it: replay may apply committed entries
         # (and call _on_metadata_change) before start() gets the return value.
         self.metadata = replica
+        replica.set_probe(metrics.probe_for(metrics.METADATA_QUEUE, 0))
         self.host.add(replica)
         self._on_metadata_change()  # publish whatever is already applied
         return replica
@@ -410,6 +412,7 @@ class Node:
             preferred=self._is_preferred(key),
         )
         replica.on_wake = self.wakeups.hook((key.queue, key.partition))
+        replica.set_probe(metrics.probe_for(key.queue, key.partition))
         self.host.add(replica)
         return replica
 

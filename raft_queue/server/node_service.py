@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from raft_queue._proto.raft_queue.v1 import admin_pb2, node_pb2_grpc
@@ -31,14 +32,20 @@ class NodeService(node_pb2_grpc.NodeServiceServicer):
         self.c = cluster
         self.node = cluster.node
         self.liveness = liveness
+        # Fills NodeStatusResponse's counters, ready and metrics_address
+        # (observability/node.py sets it); None leaves them empty.
+        self.node_status_extras: Callable[[Any], None] | None = None
 
     @handled
     async def NodeStatus(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return admin_pb2.NodeStatusResponse(
+        resp = admin_pb2.NodeStatusResponse(
             node=self.node.id,
             replicas=self.c.local_status(request.include_digests),
             metadata_version=self.node.view.version,
         )
+        if request.include_counters and self.node_status_extras is not None:
+            self.node_status_extras(resp)
+        return resp
 
     @handled
     async def Heartbeat(self, request: Any, context: Any) -> Any:  # noqa: N802

@@ -19,6 +19,7 @@ import grpc
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2, queue_pb2_grpc
 from raft_queue.core import commands as cmd
+from raft_queue.observability import metrics
 from raft_queue.server import convert, receipt_results, sending
 from raft_queue.server.autocreate import AutoCreate
 from raft_queue.server.cluster import Cluster
@@ -102,7 +103,10 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 
     @handled
     async def Receive(self, request: Any, context: Any) -> Any:  # noqa: N802
-        messages = await self.receiver.receive(request, is_forwarded(context))
+        forwarded = is_forwarded(context)
+        messages = await self.receiver.receive(request, forwarded)
+        if not forwarded:  # counted once, by the node that answers the client
+            metrics.count_received(request.queue, messages)
         return queue_pb2.ReceiveResponse(messages=messages)
 
     async def _settle(self, request: Any, context: Any, make: Any, method: str) -> Any:

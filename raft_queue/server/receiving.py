@@ -31,6 +31,8 @@ from typing import Any
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.core import commands as cmd
+from raft_queue.core.results import OK
+from raft_queue.observability import metrics
 from raft_queue.replication.partition import PartitionReplica
 from raft_queue.server import convert
 from raft_queue.server.cluster import Cluster
@@ -58,6 +60,10 @@ class Receiver:
     # ---- Receive ---------------------------------------------------------------------
     async def receive(self, request: Any, forwarded: bool) -> list[Any]:
         q = self.c.node.queue_spec(request.queue)
+        if request.max_messages > self.limits.max_receive_messages or (
+            request.wait_ms > self.limits.max_wait_ms
+        ):
+            metrics.count_rejection("limits")  # check_range below raises InvalidArgument
         max_n = convert.check_range(
             request.max_messages or 1, 1, self.limits.max_receive_messages, "max_messages"
         )
@@ -335,6 +341,8 @@ class Receiver:
             replica = self.c.local_leader(q.name, part, forwarded)
             if replica is not None:
                 res = await self.c.submit(replica, make(items.runs(), now_ms()))
+                if method == "Ack":
+                    metrics.count_acked(q.name, part, sum(n for o, n in res.runs if o == OK))
                 for i, outcome in zip(items.indexes, res.outcomes, strict=True):
                     results[i] = outcome
                 return

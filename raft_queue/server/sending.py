@@ -28,6 +28,7 @@ from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.client.partitioner import partition_for_key
 from raft_queue.core import commands as cmd
 from raft_queue.core.segments import Summary
+from raft_queue.observability import metrics
 from raft_queue.server import convert
 from raft_queue.server.cluster import Cluster
 
@@ -65,6 +66,7 @@ class Sender:
         if not entries:
             raise errors.InvalidArgument("entries", "at least one message is required")
         if len(entries) > self.limits.max_batch_messages:
+            metrics.count_rejection("limits")
             raise errors.InvalidArgument(
                 "entries", f"{len(entries)} messages; at most {self.limits.max_batch_messages}"
             )
@@ -113,6 +115,7 @@ class Sender:
         if replica is not None:
             command = cmd.AppendBlobs(blobs[0], now_ms(), request_id, blobs[1])
             res, reached = await self.c.submit_append(replica, command)
+            metrics.count_sent(q.name, part, len(indexes))
             durability = convert.DURABILITY[reached]
             if res.listed is None:  # the usual result: consecutive offsets, one flag
                 offsets = range(res.first, res.first + res.count)

@@ -17,6 +17,7 @@ from typing import Any
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
+from raft_queue.observability import metrics
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.receiving import Receiver
 
@@ -51,7 +52,9 @@ class Subscriber:
                 request.CopyFrom(template)
                 request.max_messages = min(credit[0], MAX_PUSH_BATCH)
                 request.wait_ms = self.limits.max_wait_ms
-                for message in await self.receiver.receive(request, forwarded=False):
+                messages = await self.receiver.receive(request, forwarded=False)
+                metrics.count_received(request.queue, messages)
+                for message in messages:
                     credit[0] -= 1
                     yield message
         finally:

@@ -85,6 +85,11 @@ class NodeSpec:
     raft_port_min: int
     raft_port_max: int
     controller: bool = True  # a metadata voter (add_node makes non-voters)
+    metrics_port: int = 0  # HTTP: /metrics, /healthz, /readyz, the status page
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}"
 
     @property
     def address(self) -> str:
@@ -118,6 +123,10 @@ class LocalCluster:
     advertise: list[str] = field(default_factory=list)
     # [queue_defaults] section (QueueSpec): what a Send that creates a queue gives it
     queue_defaults: dict[str, Any] = field(default_factory=dict)
+    # [metrics] section beyond the address each node gets (e.g. enabled = false)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    # [health] section (HealthConfig): e.g. min_free_disk_bytes in tests
+    health: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.base_dir = Path(self.base_dir)
@@ -128,17 +137,24 @@ class LocalCluster:
     def _spec(self, i: int) -> NodeSpec:
         node_dir = self.base_dir / f"n{i + 1}"
         existing = node_dir / "ports"
+        ports: list[int] = []
         if existing.exists():  # resume: same ports as the first run
-            g, m, lo = (int(x) for x in existing.read_text().split())
-        elif self.base_port is not None:
-            g, m, lo = (
-                self.base_port + 1 + i,
-                self.base_port + 51 + i,
-                self.base_port + 100 * (i + 1),
-            )
-        else:
-            g, m, lo = free_port(), free_port(), free_block(self.port_block)
-        return NodeSpec(f"n{i + 1}", node_dir, g, m, lo, lo + self.port_block - 1)
+            ports = [int(x) for x in existing.read_text().split()]
+        if len(ports) < 3:
+            if self.base_port is not None:
+                ports = [
+                    self.base_port + 1 + i,
+                    self.base_port + 51 + i,
+                    self.base_port + 100 * (i + 1),
+                ]
+            else:
+                ports = [free_port(), free_port(), free_block(self.port_block)]
+        if len(ports) < 4:  # the metrics port (absent from older "ports" files)
+            ports.append(self.base_port + 81 + i if self.base_port is not None else free_port())
+        g, m, lo, http = ports[:4]
+        return NodeSpec(
+            f"n{i + 1}", node_dir, g, m, lo, lo + self.port_block - 1, metrics_port=http
+        )
 
     def add_node(self) -> int:
         """Configure one more node that is not a metadata voter (it follows a
@@ -166,8 +182,10 @@ class LocalCluster:
         raft = {"election_timeout_min_s": 0.8, "election_timeout_max_s": 1.6, **self.raft}
         for i, s in enumerate(self.specs):
             _private_dir(s.dir)
+            metrics = {"address": f"127.0.0.1:{s.metrics_port}", **self.metrics}
             advertise = self.advertise[i] if i < len(self.advertise) else ""
-            _private_write(s.dir / "ports", f"{s.grpc_port} {s.metadata_port} {s.raft_port_min}")
+            ports = (s.grpc_port, s.metadata_port, s.raft_port_min, s.metrics_port)
+            _private_write(s.dir / "ports", " ".join(str(p) for p in ports))
             lines = [
                 f'node_id = "{s.node_id}"',
                 f'data_dir = "{s.dir / "data"}"',
@@ -195,8 +213,18 @@ class LocalCluster:
                 *(f"{k} = {_toml(v)}" for k, v in security.items()),
                 *(["", "[api]"] if self.api else []),
                 *(f"{k} = {_toml(v)}" for k, v in self.api.items()),
+                "",
+                "[metrics]",
+                *(f"{k} = {_toml(v)}" for k, v in metrics.items()),
+                *(["", "[health]"] if self.health else []),
+                *(f"{k} = {_toml(v)}" for k, v in self.health.items()),
             ]
             _private_write(s.config_path, "\n".join(lines) + "\n")
+
+    @property
+    def metrics_urls(self) -> list[str]:
+        """Each node's HTTP base URL (/metrics, /readyz, the status page at /)."""
+        return [s.metrics_url for s in self.specs]
 
     @property
     def bootstrap(self) -> str:

@@ -93,20 +93,42 @@ class ClusterStatusResponse(_message.Message):
     def __init__(self, nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ..., metadata_leader: _Optional[str] = ..., metadata_version: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., unreachable: _Optional[_Iterable[str]] = ..., controllers: _Optional[_Iterable[_Union[ControllerInfo, _Mapping]]] = ..., controller_change: _Optional[str] = ...) -> None: ...
 
 class NodeStatusRequest(_message.Message):
-    __slots__ = ("include_digests",)
+    __slots__ = ("include_digests", "include_counters")
     INCLUDE_DIGESTS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_COUNTERS_FIELD_NUMBER: _ClassVar[int]
     include_digests: bool
-    def __init__(self, include_digests: _Optional[bool] = ...) -> None: ...
+    include_counters: bool
+    def __init__(self, include_digests: _Optional[bool] = ..., include_counters: _Optional[bool] = ...) -> None: ...
 
 class NodeStatusResponse(_message.Message):
-    __slots__ = ("node", "replicas", "metadata_version")
+    __slots__ = ("node", "replicas", "metadata_version", "counters", "ready", "metrics_address")
     NODE_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     METADATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    METRICS_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     node: str
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaStatus]
     metadata_version: int
-    def __init__(self, node: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., metadata_version: _Optional[int] = ...) -> None: ...
+    counters: _containers.RepeatedCompositeFieldContainer[QueueCounters]
+    ready: bool
+    metrics_address: str
+    def __init__(self, node: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., metadata_version: _Optional[int] = ..., counters: _Optional[_Iterable[_Union[QueueCounters, _Mapping]]] = ..., ready: _Optional[bool] = ..., metrics_address: _Optional[str] = ...) -> None: ...
+
+class QueueCounters(_message.Message):
+    __slots__ = ("queue", "partition", "sent", "received", "acked")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    SENT_FIELD_NUMBER: _ClassVar[int]
+    RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    ACKED_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    partition: int
+    sent: int
+    received: int
+    acked: int
+    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., sent: _Optional[int] = ..., received: _Optional[int] = ..., acked: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("node", "address", "raft_host", "rack", "metadata_version", "raft_port_min", "raft_port_max", "controller", "metadata_raft_port")

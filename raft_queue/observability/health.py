@@ -1,0 +1,143 @@
+"""Health that tells the truth: gRPC health per service, /healthz and /readyz.
+
+A node is *alive* (``/healthz``) while its event loop answers. It is *ready*
+(``/readyz``, gRPC ``SERVING``) while all of these hold:
+
+- ``metadata_quorum``: it reaches the metadata group's quorum. A voter: its
+  metadata replica leads with quorum contact, or follows a leader heard from
+  within ``health.quorum_timeout_s`` (replication/raft.py ``in_contact``). A
+  non-voter: its last metadata poll reached a voter that knew a leader.
+- ``disk``: its data directory's file system has at least
+  ``health.min_free_disk_bytes`` free.
+- ``not_stopping``: it has not begun shutting down.
+
+``HealthMonitor.run_forever`` re-checks every ``health.check_period_s`` and
+sets the gRPC health status of ``""`` and QueueService (ready) and
+AdminService (alive and reaching the metadata quorum: admin calls are
+metadata reads and writes; disk does not matter to them). So a node cut off
+from its peers says NOT_SERVING within ``quorum_timeout_s`` plus a check
+period, and SERVING again one check after they return.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from raft_queue.config import HealthConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    metadata_quorum: bool
+    disk: bool
+    not_stopping: bool
+    free_bytes: int
+
+    @property
+    def ready(self) -> bool:
+        return self.metadata_quorum and self.disk and self.not_stopping
+
+    @property
+    def admin_ready(self) -> bool:
+        return self.metadata_quorum and self.not_stopping
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ready": self.ready,
+            "checks": {
+                "metadata_quorum": self.metadata_quorum,
+                "disk": self.disk,
+                "not_stopping": self.not_stopping,
+            },
+            "disk_free_bytes": self.free_bytes,
+        }
+
+
+def judge(quorum: bool, free_bytes: int, stopping: bool, config: HealthConfig) -> Verdict:
+    """Pure: the verdict from what was observed."""
+    return Verdict(quorum, free_bytes >= config.min_free_disk_bytes, not stopping, free_bytes)
+
+
+def metadata_quorum(node: Any, within_s: float) -> bool:
+    """Whether ``node`` reaches the metadata quorum now (see the module doc)."""
+    md = node.metadata
+    if md is None or node.metadata_joining:
+        return bool(node.metadata_leader_hint)
+    return bool(md.in_contact(within_s))
+
+
+def disk_free(path: str) -> int:
+    try:
+        return int(shutil.disk_usage(path).free)
+    except OSError:
+        return 0
+
+
+class HealthMonitor:
+    """Owns the node's readiness; the asyncio thread only."""
+
+    def __init__(
+        self,
+        node: Any,
+        config: HealthConfig,
+        servicer: Any = None,
+        services: tuple[str, str] = ("", ""),
+        free: Callable[[str], int] = disk_free,
+    ) -> None:
+        self.node = node
+        self.config = config
+        self.servicer = servicer  # grpc_health's aio HealthServicer, or None
+        self.queue_service, self.admin_service = services
+        self.free = free
+        self.stopping = False
+        self.verdict = judge(False, 0, False, config)  # not ready until checked
+        self._published: tuple[bool, bool] | None = None
+
+    def check(self) -> Verdict:
+        quorum = metadata_quorum(self.node, self.config.quorum_timeout_s)
+        self.verdict = judge(
+            quorum, self.free(self.node.config.data_dir), self.stopping, self.config
+        )
+        return self.verdict
+
+    async def publish(self) -> None:
+        """Set the gRPC health statuses if the verdict changed."""
+        v = self.verdict
+        state = (v.ready, v.admin_ready)
+        if state == self._published or self.servicer is None:
+            return
+        from grpc_health.v1 import health_pb2
+
+        serving, not_serving = (
+            health_pb2.HealthCheckResponse.SERVING,
+            health_pb2.HealthCheckResponse.NOT_SERVING,
+        )
+        for name, ok in (("", v.ready), (self.queue_service, v.ready)):
+            await self.servicer.set(name, serving if ok else not_serving)
+        await self.servicer.set(self.admin_service, serving if v.admin_ready else not_serving)
+        if self._published is not None:
+            level = logging.INFO if v.ready else logging.WARNING
+            word = "ready" if v.ready else "NOT ready"
+            log.log(level, "node %s %s: %s", self.node.id, word, v.as_dict()["checks"])
+        self._published = state
+
+    async def run_forever(self) -> None:
+        while True:
+            try:
+                self.check()
+                await self.publish()
+            except Exception:  # the next round retries
+                log.exception("health check failed")
+            await asyncio.sleep(self.config.check_period_s)
+
+    async def shutting_down(self) -> None:
+        self.stopping = True
+        self.check()
+        await self.publish()
