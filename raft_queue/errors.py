@@ -88,3 +88,13 @@ class Internal(QueueError):
 
 class VersionMismatch(QueueError):
     """A dependency is not the exact version our fixes depend on."""
+
+
+class Unauthenticated(QueueError):
+    """No bearer token, or one that names no principal (invalid, rotated or
+    deleted). Nothing was read or written."""
+
+
+class PermissionDenied(QueueError):
+    """The caller's grants do not allow this operation on this queue; the
+    message names both. Nothing was read or written."""

@@ -62,6 +62,8 @@ def up(nodes: int, data_dir: str, base_port: int) -> None:
             f"  {s.node_id}  gRPC {s.address}  pid {cluster.pid(i)}  log {cluster.log_path(i)}"
         )
     click.echo(f"\n  export RAFTQ_SERVER={cluster.bootstrap}")
+    # The admin token (also in <data dir>/admin.token, 0600): a dev cluster is closed too.
+    click.echo(f"  export RAFTQ_TOKEN={cluster.token}")
     click.echo("  raftq cluster status\n\nCtrl-C stops the cluster.")
     reported: set[int] = set()
     try:

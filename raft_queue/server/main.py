@@ -24,6 +24,7 @@ from raft_queue import config as config_mod
 from raft_queue._proto.raft_queue.v1 import admin_pb2, admin_pb2_grpc, queue_pb2, queue_pb2_grpc
 from raft_queue.security.secret import node_secret
 from raft_queue.server.admin_service import AdminService, registration_loop
+from raft_queue.server.api.auth import door_for, node_credentials
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.housekeeping import Housekeeper
 from raft_queue.server.liveness import Liveness
@@ -80,8 +81,9 @@ async def serve(config: config_mod.NodeConfig) -> None:
         )
     node = Node(config, dial=dial, secret=secret)
     await loop.run_in_executor(None, node.start, loop)
-    cluster = Cluster(node, Peers(dial))
-    server = grpc.aio.server(options=CHANNEL_OPTIONS)
+    cluster = Cluster(node, Peers(dial, node_credentials(node)))
+    door = door_for(node)
+    server = grpc.aio.server(options=CHANNEL_OPTIONS, interceptors=[door])
     queue_service = QueueService(cluster)
     queue_pb2_grpc.add_QueueServiceServicer_to_server(queue_service, server)
     liveness = Liveness(node, config.cluster)
@@ -123,6 +125,7 @@ async def serve(config: config_mod.NodeConfig) -> None:
         t.cancel()
     await server.stop(2.0)
     await cluster.peers.close()
+    door.close()
     await loop.run_in_executor(None, node.stop)
 
 

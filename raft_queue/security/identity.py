@@ -1,0 +1,118 @@
+"""Who is calling: bearer token -> Identity, cached so the hot path costs a
+dict lookup.
+
+Identities come from three places, checked in this order:
+
+- a node token (security/node_token.py): the built-in ``node:<id>``, the only
+  identity allowed the node-to-node RPCs (and everything else);
+- the admin tokens file (security/tokens.py): the superuser ``admin``;
+- a principal of the metadata view (core/metadata_principals.py), with its grants.
+
+With ``[security] insecure = true`` a call without a token is ``anonymous``,
+a superuser; a token that is given is still checked.
+
+The cache maps the presented token to the identity it proved under one
+metadata version; any metadata change (a rotation, a deletion, a grant)
+bumps the version and so re-checks every token at its next use.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from raft_queue.core import access
+from raft_queue.core.metadata import MetadataMachine
+from raft_queue.errors import PermissionDenied, Unauthenticated
+from raft_queue.security.node_token import verify_node_token
+from raft_queue.security.tokens import token_hash
+
+CACHE_MAX = 10_000  # distinct tokens remembered; cleared when full (tokens are few)
+BEARER = "bearer "
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """An authenticated caller. ``superuser``: every operation on every queue."""
+
+    name: str
+    grants: tuple[access.Grant, ...] = ()
+    superuser: bool = False
+    node: bool = False
+
+    def allows(self, operation: str, queue: str) -> bool:
+        if operation == access.NODE:
+            return self.node
+        return self.superuser or access.allows(self.grants, operation, queue)
+
+    def sees(self, queue: str) -> bool:
+        """Any grant on ``queue`` (what ListQueues shows it)."""
+        return self.allows(access.DESCRIBE, queue)
+
+    def check(self, operation: str, queue: str) -> None:
+        """PermissionDenied naming the operation and the queue, unless allowed."""
+        if not self.allows(operation, queue):
+            where = f"queue {queue!r}" if queue else "the cluster"
+            raise PermissionDenied(f"principal {self.name!r} may not {operation} on {where}")
+
+
+ANONYMOUS = Identity("anonymous", superuser=True)
+ADMIN = Identity("admin", superuser=True)
+
+
+class Authenticator:
+    """Token -> Identity for one node (asyncio thread only: no locks)."""
+
+    def __init__(
+        self,
+        view: Callable[[], MetadataMachine],
+        admin_hashes: frozenset[str] = frozenset(),
+        secret: bytes | None = None,
+        insecure: bool = False,
+    ) -> None:
+        self._view = view
+        self._admin_hashes = admin_hashes
+        self._secret = secret
+        self._insecure = insecure
+        self._cache: dict[str, tuple[int, Identity]] = {}
+        self._by_hash: dict[str, str] = {}
+        self._by_hash_version = -1
+
+    def authenticate(self, authorization: str | None) -> Identity:
+        """The identity an ``authorization`` metadata value proves, else
+        Unauthenticated (nothing about why: no oracle for guessers)."""
+        view = self._view()
+        cached = self._cache.get(authorization or "")
+        if cached is not None and cached[0] == view.version:
+            return cached[1]
+        identity = self._verify(authorization, view)
+        if len(self._cache) >= CACHE_MAX:
+            self._cache.clear()
+        self._cache[authorization or ""] = (view.version, identity)
+        return identity
+
+    def _verify(self, authorization: str | None, view: MetadataMachine) -> Identity:
+        if not authorization:
+            if self._insecure:
+                return ANONYMOUS
+            raise Unauthenticated("a bearer token is required (authorization: Bearer <token>)")
+        if authorization[: len(BEARER)].lower() != BEARER:
+            raise Unauthenticated("authorization must be 'Bearer <token>'")
+        token = authorization[len(BEARER) :].strip()
+        node_id = verify_node_token(self._secret, token)
+        if node_id is not None:
+            return Identity(f"node:{node_id}", superuser=True, node=True)
+        digest = token_hash(token)
+        if digest in self._admin_hashes:
+            return ADMIN
+        principal = view.principal(self._principal_by_hash(view).get(digest, ""))
+        if principal is None or not hmac.compare_digest(principal.token_hash, digest):
+            raise Unauthenticated("invalid token (unknown, rotated or deleted)")
+        return Identity(principal.name, principal.grants)
+
+    def _principal_by_hash(self, view: MetadataMachine) -> dict[str, str]:
+        if self._by_hash_version != view.version:
+            self._by_hash = {p.token_hash: p.name for p in view.principals()}
+            self._by_hash_version = view.version
+        return self._by_hash

@@ -1,0 +1,2 @@
+"""The API door: what every QueueService and AdminService call passes before
+its servicer runs (authentication, authorization, audit)."""
