@@ -1,7 +1,7 @@
 """Where the SDK and ``raftq`` find the bearer token, first found wins (as
 boto3 looks for AWS credentials):
 
-1. the ``token=`` argument (``raftq --token``);
+1. the ``token=`` argument (``raftq --token``); ``""`` sends none;
 2. the environment variable ``RAFTQ_TOKEN``;
 3. a profile file: ``RAFTQ_CREDENTIALS_FILE``, default
    ``~/.config/raftq/credentials``, TOML with one table per profile
@@ -48,8 +48,11 @@ def profile_token(profile: str | None = None, path: str | None = None) -> str | 
 
 
 def resolve_token(token: str | None = None) -> str | None:
-    """The token to send: the argument, else $RAFTQ_TOKEN, else the profile file."""
-    return token or os.environ.get(ENV_TOKEN) or profile_token()
+    """The token to send: the argument, else $RAFTQ_TOKEN, else the profile
+    file. ``token=""`` means none at all (for a node with ``insecure = true``)."""
+    if token is not None:
+        return token or None
+    return os.environ.get(ENV_TOKEN) or profile_token()
 
 
 def call_metadata(token: str | None) -> tuple[tuple[str, str], ...]:

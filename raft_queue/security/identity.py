@@ -53,6 +53,8 @@ class Identity:
     def check(self, operation: str, queue: str) -> None:
         """PermissionDenied naming the operation and the queue, unless allowed."""
         if not self.allows(operation, queue):
+            if operation == access.DESCRIBE:  # not grantable itself: any grant allows it
+                raise PermissionDenied(f"principal {self.name!r} has no grant on queue {queue!r}")
             where = f"queue {queue!r}" if queue else "the cluster"
             raise PermissionDenied(f"principal {self.name!r} may not {operation} on {where}")
 

@@ -60,6 +60,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from raft_queue.testing.cluster import LocalCluster
 
     c = LocalCluster(tmp_path_factory.mktemp("raftq") / "cluster", nodes=3)
+    # As a user would `export RAFTQ_TOKEN`: the jobs (subprocesses) and readers
+    # without a token option find it there (tests/spark/queues.py passes it as one).
+    os.environ["RAFTQ_TOKEN"] = c.token
     c.start()
     try:
         c.wait_ready(60)
