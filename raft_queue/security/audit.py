@@ -3,7 +3,9 @@ refused call (failed authentication or authorization), as Kafka's
 authorizer log and RabbitMQ's ``rabbitmq_event_exchange`` give operators.
 
 Line: ``{"time": ISO-8601 UTC, "principal", "operation", "method", "queue",
-"result": "ok" | "denied" | "unauthenticated" | <gRPC code name>, "peer"}``.
+"result": "ok" | "denied" | "unauthenticated" | <gRPC code name>, "peer",
+"target"}`` (``target``: what an audited call names, e.g. the principal of
+a CreatePrincipal).
 
 Off the hot path: ``record`` only puts a dict on a queue; one writer thread
 formats, appends and flushes (no fsync: an audit line is not worth a disk
@@ -38,8 +40,9 @@ class AuditLog:
         self._thread.start()
 
     def record(
-        self, principal: str, operation: str, method: str, queue_name: str, result: str, peer: str
-    ) -> None:
+        self, principal: str, operation: str, method: str, queue_name: str, result: str,
+        peer: str, target: str = "",
+    ) -> None:  # fmt: skip
         """Queue one line (any thread; never blocks on disk)."""
         now = time.time()
         millis = f".{int(now * 1000) % 1000:03d}Z"
@@ -47,7 +50,7 @@ class AuditLog:
         self._queue.put({
             "time": stamp,
             "principal": principal, "operation": operation, "method": method,
-            "queue": queue_name, "result": result, "peer": peer,
+            "queue": queue_name, "result": result, "peer": peer, "target": target,
         })  # fmt: skip
 
     def _write_forever(self) -> None:

@@ -254,6 +254,8 @@ def test_audit_log_records_manage_ops_and_refusals_with_who_and_where(cluster, a
                     for x in lines)
             and any(x["result"] == "unauthenticated" and x["method"].endswith("/DeleteQueue")
                     for x in lines)
+            and any(x["method"].endswith("/CreatePrincipal") and x["target"] == "matrix"
+                    and x["principal"] == "admin" and x["result"] == "ok" for x in lines)
         )  # fmt: skip
 
     assert wait_until(found, timeout_s=10)

@@ -156,6 +156,7 @@ def test_audit_log_writes_json_lines_to_a_private_file(tmp_path):
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     got = [(x["principal"], x["result"]) for x in lines]
     assert got == [("alice", "ok"), ("", "unauthenticated")]
-    assert set(lines[0]) == {"time", "principal", "operation", "method", "queue", "result", "peer"}
+    fields = {"time", "principal", "operation", "method", "queue", "result", "peer", "target"}
+    assert set(lines[0]) == fields
     assert lines[0]["time"].startswith(time.strftime("%Y-", time.gmtime()))
     assert os.access(path, os.R_OK)

@@ -82,32 +82,29 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     # ---- checks --------------------------------------------------------------------
     def _audit_line(
-        self, who: str, op: str, method: str, queue: str, result: str, context: Any
-    ) -> None:
+        self, who: str, op: str, method: str, queue: str, result: str, context: Any,
+        target: str = "",
+    ) -> None:  # fmt: skip
         if self._audit is not None:
-            self._audit.record(who, op, method, queue, result, context.peer() or "")
+            peer = context.peer() or ""
+            self._audit.record(who, op, method, queue, result, peer, target)
 
-    async def _admit(self, method: str, queue: str, context: Any) -> Identity:
-        """The caller's identity if it may call ``method`` on ``queue``; else
-        the call ends with UNAUTHENTICATED / PERMISSION_DENIED (audited)."""
-        op, _ = access.rpc_operation(method)
+    async def _admit(self, method: str, op: str, queue: str | None, context: Any) -> Identity:
+        """The caller's identity if it may do ``op`` on ``queue`` (None: only
+        authenticate); else the call ends with UNAUTHENTICATED /
+        PERMISSION_DENIED (audited). Keeps the caller's credential for
+        forwarding (CALLER_AUTHORIZATION)."""
         authorization = _authorization(context)
         try:
             identity = self._auth.authenticate(authorization)
         except Unauthenticated as exc:
-            self._audit_line("", op, method, queue, "unauthenticated", context)
+            self._audit_line("", op, method, queue or "", "unauthenticated", context)
             await abort_with(context, exc)
-        if not (method == _LIST_QUEUES or identity.allows(op, queue)):
+        if queue is not None and not identity.allows(op, queue):
             self._audit_line(identity.name, op, method, queue, "denied", context)
             await abort_with(context, _denied(identity, op, queue))
         CALLER_AUTHORIZATION.set(authorization)
         return identity
-
-    def _audited(self, identity: Identity, method: str) -> bool:
-        op, _ = access.rpc_operation(method)
-        if op == access.NODE:
-            return method not in _QUIET
-        return op in (access.MANAGE, access.ADMIN)
 
     # ---- wrapping --------------------------------------------------------------------
     def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
@@ -127,30 +124,35 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     def _unary(self, method: str, inner: Any) -> Any:
         op, field = access.rpc_operation(method)
+        audited = method not in _QUIET if op == access.NODE else op in (access.MANAGE, access.ADMIN)
+        listing = method == _LIST_QUEUES  # any principal; filtered below
 
         async def behavior(request: Any, context: Any) -> Any:
             queue = getattr(request, field) if field else ""
-            identity = await self._admit(method, queue, context)
-            if not self._audited(identity, method):
+            identity = await self._admit(method, op, None if listing else queue, context)
+            if not audited:
                 response = await inner(request, context)
-                return _visible(identity, method, response)
+                return _visible(identity, response) if listing else response
+            target = _target(request)
             try:
                 response = await inner(request, context)
             except BaseException:
                 code = context.code() if callable(getattr(context, "code", None)) else None
                 result = code.name if isinstance(code, grpc.StatusCode) else "error"
-                self._audit_line(identity.name, op, method, queue, result, context)
+                self._audit_line(identity.name, op, method, queue, result, context, target)
                 raise
-            self._audit_line(identity.name, op, method, queue, "ok", context)
+            self._audit_line(identity.name, op, method, queue, "ok", context, target)
             return response
 
         return behavior
 
     def _stream(self, method: str, inner: Any) -> Any:
+        """Subscribe: authenticated at once; each request that names a queue
+        is checked before the servicer sees it (the first one does)."""
         op, field = access.rpc_operation(method)
 
         async def behavior(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
-            identity = await self._authenticate_only(method, context)
+            identity = await self._admit(method, op, None, context)
 
             async def checked() -> AsyncIterator[Any]:
                 async for request in requests:
@@ -165,16 +167,14 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         return behavior
 
-    async def _authenticate_only(self, method: str, context: Any) -> Identity:
-        op, _ = access.rpc_operation(method)
-        authorization = _authorization(context)
-        try:
-            identity = self._auth.authenticate(authorization)
-        except Unauthenticated as exc:
-            self._audit_line("", op, method, "", "unauthenticated", context)
-            await abort_with(context, exc)
-        CALLER_AUTHORIZATION.set(authorization)
-        return identity
+
+def _target(request: Any) -> str:
+    """What an admin call acts on, for the audit line (a principal, a node...)."""
+    for name in ("principal", "name", "node", "to_node", "queue"):
+        value = getattr(request, name, "")
+        if isinstance(value, str) and value:
+            return value
+    return ""
 
 
 def _denied(identity: Identity, op: str, queue: str) -> QueueError:
@@ -185,9 +185,9 @@ def _denied(identity: Identity, op: str, queue: str) -> QueueError:
     return PermissionDenied(f"principal {identity.name!r} may not {op}")  # pragma: no cover
 
 
-def _visible(identity: Identity, method: str, response: Any) -> Any:
+def _visible(identity: Identity, response: Any) -> Any:
     """ListQueues: only the queues ``identity`` holds a grant on."""
-    if method != _LIST_QUEUES or identity.superuser:
+    if identity.superuser:
         return response
     keep = [q for q in response.queues if identity.sees(q.name)]
     del response.queues[:]
