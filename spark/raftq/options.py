@@ -48,8 +48,9 @@ def bootstrap_of(opts: Mapping[str, str]) -> str:
 
 
 def token_of(opts: Mapping[str, str]) -> str | None:
-    """``token`` option, else $RAFTQ_TOKEN read on the driver (so executors,
-    which get the options pickled, need no environment of their own)."""
+    """``token`` option, else $RAFTQ_TOKEN where the options are parsed (the
+    Python worker that plans the read or write; executors then get the
+    options pickled, so they need no environment of their own)."""
     given = str(opts.get("token") or "").strip()
     return given or os.environ.get("RAFTQ_TOKEN") or None
 

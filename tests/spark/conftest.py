@@ -28,7 +28,9 @@ except ImportError:  # the spark extra is not installed: keep only the pure test
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark(cluster: Any) -> Iterator[Any]:
+    """After ``cluster``: the JVM and its Python workers start with RAFTQ_TOKEN
+    in their environment, as after a user's `export RAFTQ_TOKEN`."""
     from pyspark.sql import SparkSession
 
     from spark.raftq import RaftQueueDataSource
