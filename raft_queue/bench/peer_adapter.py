@@ -19,7 +19,8 @@ $RAFTQ_SERVER or 127.0.0.1:7101); ``partitions`` (1, as the peers' single
 stream/queue); ``durability`` (fsync); ``threads`` concurrent Send RPCs per
 publish_batch (4); ``pids`` comma-separated node pids for the server CPU
 column, else every ``raft_queue.server.main`` process whose command line
-contains ``cluster_dir`` (default: all of them).
+contains ``cluster_dir`` (default: all of them); ``token`` (default
+$RAFTQ_TOKEN, else ``cluster_dir``/admin.token, which ``raftq dev up`` writes).
 """
 
 from __future__ import annotations

@@ -243,6 +243,9 @@ class Client(Surface):
     accepts any request. ``timeout_s`` bounds each method including its
     retries (long polls add their wait); ``retries`` bounds the retries.
     ``backoff`` and ``sleep`` tune or replace the waits between retries.
+    ``token``: the bearer token every call carries; None looks in
+    ``$RAFTQ_TOKEN``, then the profile file (client/credentials.py); ``""``
+    sends none (a node with ``[security] insecure = true``).
     """
 
     def __init__(
