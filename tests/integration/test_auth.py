@@ -312,13 +312,16 @@ def test_cli_without_a_token_says_so_on_one_line(cluster, monkeypatch):
 # ---- insecure ---------------------------------------------------------------------------
 
 
-def test_an_insecure_node_serves_callers_without_a_token(tmp_path: Path):
-    c = LocalCluster(tmp_path / "open", nodes=1, security={"insecure": True})
+def test_an_insecure_cluster_without_a_secret_serves_callers_without_a_token(tmp_path: Path):
+    """Nodes with no secret have no node token: they register (wait_ready) as anonymous."""
+    open_ = {"insecure": True, "cluster_secret_file": ""}
+    c = LocalCluster(tmp_path / "open", nodes=2, security=open_)
     c.start()
     try:
         c.wait_ready(60)
         with Client(c.bootstrap, timeout_s=20.0, token="") as anonymous:
-            anonymous.create_queue("open")
+            assert len(anonymous.cluster_status().nodes) == 2
+            anonymous.create_queue("open", replication_factor=1)
             assert anonymous.send("open", b"hi").offset == 0
         with as_token(c, "rqt_wrong") as wrong, pytest.raises(errors.Unauthenticated):
             wrong.send("open", b"no")

@@ -99,6 +99,7 @@ def test_missing_or_bad_credentials_are_unauthenticated(value):
 def test_insecure_serves_callers_without_a_token_but_still_checks_given_ones():
     auth = Authenticator(View(), frozenset(), None, insecure=True)
     assert auth.authenticate(None).name == "anonymous"
+    assert auth.authenticate(None).allows("node", "")  # nodes without a secret call each other
     with pytest.raises(errors.Unauthenticated):
         auth.authenticate(bearer("rqt_wrong"))
 
