@@ -226,7 +226,7 @@ def wait_healthy(cluster: Any, queue: str, partitions: int, timeout_s: float) ->
     start = time.monotonic()
     pending = cluster.bootstrap.split(",")
     while pending and time.monotonic() - start < timeout_s:
-        with Client(bootstrap=pending[0], timeout_s=5.0, retries=0) as one:
+        with Client(bootstrap=pending[0], timeout_s=5.0, retries=0, token=cluster.token) as one:
             try:
                 status = one.cluster_status()
             except QueueError:

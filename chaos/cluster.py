@@ -265,11 +265,16 @@ class ChaosCluster:
     def bootstrap(self) -> str:
         return self.local.bootstrap
 
+    @property
+    def token(self) -> str:
+        """The admin token (LocalCluster.token): chaos runs with auth on."""
+        return self.local.token
+
     def client(self, **kwargs: Any) -> Any:
         """An SDK Client that reaches the nodes through their client proxies."""
         from raft_queue.client import Client
 
-        return Client(bootstrap=self.bootstrap, **kwargs)
+        return Client(bootstrap=self.bootstrap, **{"token": self.token, **kwargs})
 
     def node_id(self, i: int) -> str:
         return self.local.specs[i].node_id

@@ -209,6 +209,8 @@ class SecurityConfig:
 
     cluster_secret_file: str = ""
     insecure: bool = False
+    # SHA-256s of the superuser tokens, one a line, mode 0600 (security/tokens.py)
+    admin_tokens_file: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.insecure, bool):

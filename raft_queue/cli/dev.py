@@ -63,6 +63,8 @@ def up(nodes: int, data_dir: str, base_port: int) -> None:
         )
         click.echo(f"      status page {s.metrics_url}/  metrics {s.metrics_url}/metrics")
     click.echo(f"\n  export RAFTQ_SERVER={cluster.bootstrap}")
+    # The admin token (also in <data dir>/admin.token, 0600): a dev cluster is closed too.
+    click.echo(f"  export RAFTQ_TOKEN={cluster.token}")
     click.echo("  raftq cluster status\n\nCtrl-C stops the cluster.")
     reported: set[int] = set()
     try:

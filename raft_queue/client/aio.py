@@ -22,6 +22,7 @@ import grpc
 from raft_queue.client.aio_subscription import AsyncSubscription
 from raft_queue.client.calls import Call, Flow
 from raft_queue.client.client import Surface, parse_bootstrap
+from raft_queue.client.credentials import call_metadata, resolve_token
 from raft_queue.client.errors import from_rpc_error
 from raft_queue.client.partitioner import RoundRobin
 from raft_queue.client.retry import Backoff, Retrier
@@ -45,8 +46,10 @@ class AsyncClient(Surface):
         retries: int = 5,
         *,
         backoff: Backoff | None = None,
+        token: str | None = None,
     ) -> None:
         self._router = Router(parse_bootstrap(bootstrap), channel_factory=aio_channel)
+        self._router.metadata = call_metadata(resolve_token(token))
         self._retrier = Retrier(retries, timeout_s, backoff)
         self._round_robin = RoundRobin()
 
@@ -82,7 +85,9 @@ class AsyncClient(Surface):
             address = target.address(router)
             stub = router.admin_stub(address) if call.admin else router.queue_stub(address)
             try:
-                return await getattr(stub, call.rpc)(call.request, timeout=timeout_s)
+                return await getattr(stub, call.rpc)(
+                    call.request, timeout=timeout_s, metadata=router.metadata
+                )
             except grpc.RpcError as exc:
                 err = from_rpc_error(exc, mutating=call.mutating)
                 target.failed(router, address, err)
@@ -103,4 +108,6 @@ class AsyncClient(Surface):
         """Push delivery, as ``Client.subscribe``: ``async for`` over the result;
         at most ``prefetch`` unacked when you ack each before the next."""
         stub = self._router.queue_stub(self._router.any_address())
-        return AsyncSubscription(stub, queue, prefetch, visibility_ms, consumer, auto_grant)
+        return AsyncSubscription(
+            stub, queue, prefetch, visibility_ms, consumer, auto_grant, self._router.metadata
+        )

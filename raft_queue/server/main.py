@@ -37,6 +37,7 @@ from raft_queue.security.files import private_files
 from raft_queue.security.secret import node_secret
 from raft_queue.server.admin_service import AdminService
 from raft_queue.server.api import door
+from raft_queue.server.api.auth import door_for
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.housekeeping import Housekeeper
 from raft_queue.server.liveness import Liveness
@@ -97,8 +98,11 @@ async def serve(config: config_mod.NodeConfig) -> None:
     await loop.run_in_executor(None, node.start, loop)
     cluster = Cluster(node, Peers(dial, signer=door.node_signer(secret, node.id)))
     observe = NodeObservability(config)
-    # Outermost first: metrics see every answer, the doors' refusals included.
-    interceptors = [*observe.interceptors(), *door.interceptors(secret)]
+    tokens = door_for(node)
+    # Outermost first: metrics see every answer, the doors' refusals included;
+    # node identity before tokens, so a node's own forwarded work (signed, no
+    # token) is known as that node when the token door looks.
+    interceptors = [*observe.interceptors(), *door.interceptors(secret), tokens]
     server = grpc.aio.server(options=CHANNEL_OPTIONS, interceptors=interceptors)
     queue_service = QueueService(cluster)
     queue_pb2_grpc.add_QueueServiceServicer_to_server(queue_service, server)
@@ -145,6 +149,7 @@ async def serve(config: config_mod.NodeConfig) -> None:
     await server.stop(2.0)
     await observe.close()
     await cluster.peers.close()
+    tokens.close()
     await loop.run_in_executor(None, node.stop)
 
 

@@ -171,11 +171,25 @@ class LocalCluster:
     def secret_path(self) -> Path:
         return self.base_dir / "cluster.secret"
 
+    @property
+    def token(self) -> str:
+        """The cluster's admin token (base_dir/admin.token, 0600; its SHA-256
+        in base_dir/admin.tokens, the nodes' ``admin_tokens_file``). Made on
+        first use, kept for the directory's life."""
+        from raft_queue.security.tokens import write_admin_token
+
+        return write_admin_token(self.base_dir / "admin.token", self.base_dir / "admin.tokens")
+
     def write_configs(self) -> None:
         from raft_queue.security.secret import generate_secret_file
 
         generate_secret_file(self.secret_path)
-        security = {"cluster_secret_file": str(self.secret_path), **self.security}
+        self.token  # noqa: B018 (makes admin.token and admin.tokens once)
+        security = {
+            "cluster_secret_file": str(self.secret_path),
+            "admin_tokens_file": str(self.base_dir / "admin.tokens"),
+            **self.security,
+        }
         voters = [s for s in self.specs if s.controller]
         controllers = [f'"{s.node_id}=127.0.0.1:{s.metadata_port}"' for s in voters]
         seeds = [f'"{s.address}"' for s in voters]
@@ -317,7 +331,7 @@ class LocalCluster:
     def client(self, **kwargs: Any) -> Any:
         from raft_queue.client import Client
 
-        return Client(bootstrap=self.bootstrap, **kwargs)
+        return Client(bootstrap=self.bootstrap, **{"token": self.token, **kwargs})
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         """Until every running node is registered and answers ClusterStatus."""
@@ -326,7 +340,7 @@ class LocalCluster:
         deadline = time.monotonic() + timeout_s
         want = {self.specs[i].node_id for i in self.procs}
         last: Exception | None = None
-        with Client(bootstrap=self.bootstrap, timeout_s=3.0, retries=0) as client:
+        with Client(bootstrap=self.bootstrap, timeout_s=3.0, retries=0, token=self.token) as client:
             while time.monotonic() < deadline:
                 for i, proc in self.procs.items():
                     if proc.poll() is not None:

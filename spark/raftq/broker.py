@@ -25,12 +25,13 @@ BACKOFF_MAX_S = 2.0
 
 
 @contextmanager
-def connect(bootstrap: str) -> Iterator[Any]:
+def connect(bootstrap: str, token: str | None = None) -> Iterator[Any]:
     """A ``raft_queue.Client`` for the duration of a ``with`` block."""
     from raft_queue.client import Backoff, Client
 
     client = Client(
         bootstrap=bootstrap,
+        token=token,  # None: $RAFTQ_TOKEN or the profile file (client/credentials.py)
         timeout_s=CALL_TIMEOUT_S,
         retries=CALL_RETRIES,
         backoff=Backoff(max_s=BACKOFF_MAX_S),

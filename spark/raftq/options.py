@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from spark.offsets import EARLIEST, LATEST, OffsetError, OffsetSpec, parse_spec, parse_timestamp
 
@@ -45,6 +45,14 @@ def bootstrap_of(opts: Mapping[str, str]) -> str:
     """``bootstrap`` option, else $RAFTQ_BOOTSTRAP (read on the driver), else the dev default."""
     given = _one_of(opts, BOOTSTRAP_ALIASES, "the cluster address")
     return given or os.environ.get("RAFTQ_BOOTSTRAP") or DEFAULT_BOOTSTRAP
+
+
+def token_of(opts: Mapping[str, str]) -> str | None:
+    """``token`` option, else $RAFTQ_TOKEN where the options are parsed (the
+    Python worker that plans the read or write; executors then get the
+    options pickled, so they need no environment of their own)."""
+    given = str(opts.get("token") or "").strip()
+    return given or os.environ.get("RAFTQ_TOKEN") or None
 
 
 def flag(opts: Mapping[str, str], name: str, default: bool) -> bool:
@@ -82,6 +90,7 @@ class SourceOptions:
     min_partitions: int | None
     max_offsets_per_trigger: int | None
     fetch_size: int
+    token: str | None = field(default=None, repr=False)  # never in logs
 
 
 def source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
@@ -119,6 +128,7 @@ def source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions
         min_partitions=positive_int(opts, "minPartitions"),
         max_offsets_per_trigger=positive_int(opts, "maxOffsetsPerTrigger"),
         fetch_size=min(positive_int(opts, "fetchSize", 5000) or 5000, MAX_FETCH),
+        token=token_of(opts),
     )
 
 
@@ -157,6 +167,7 @@ class SinkOptions:
     sink_id: str | None
     batch_id: str | None
     checkpoint: str | None
+    token: str | None = field(default=None, repr=False)  # never in logs
 
 
 def sink_options(options: Mapping[str, str]) -> SinkOptions:
@@ -176,4 +187,5 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
         sink_id=sink_id,
         batch_id=batch_id,
         checkpoint=opts.get("checkpointlocation"),
+        token=token_of(opts),
     )

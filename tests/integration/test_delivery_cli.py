@@ -27,7 +27,8 @@ def raftq(cluster: LocalCluster):
     runner = CliRunner()
 
     def run(*args: str) -> dict | list | str:
-        result = runner.invoke(main, ["--server", cluster.bootstrap, "--timeout", "20", *args])
+        argv = ["--server", cluster.bootstrap, "--token", cluster.token, "--timeout", "20", *args]
+        result = runner.invoke(main, argv)
         assert result.exit_code == 0, result.output
         return json.loads(result.output) if "--json" in args else result.output
 

@@ -56,3 +56,16 @@ def test_sink_options_check_ids_and_accept_topic() -> None:
         sink_options({"queue": "out", "sinkId": "has:colon"})
     with pytest.raises(OptionError, match="only one of queue, topic"):
         sink_options({"queue": "a", "topic": "b"})
+
+
+def test_token_option_wins_over_the_driver_environment_and_stays_out_of_repr(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RAFTQ_TOKEN", "rqt_from_env")
+    given = source_options({"queue": "q", "token": "rqt_given"}, streaming=False)
+    assert given.token == "rqt_given"
+    assert "rqt_given" not in repr(given)
+    assert source_options({"queue": "q"}, streaming=True).token == "rqt_from_env"
+    assert sink_options({"queue": "q"}).token == "rqt_from_env"
+    monkeypatch.delenv("RAFTQ_TOKEN")
+    assert sink_options({"queue": "q"}).token is None

@@ -361,3 +361,75 @@ class GetMetadataResponse(_message.Message):
     image: bytes
     leader_address: str
     def __init__(self, version: _Optional[int] = ..., image: _Optional[bytes] = ..., leader_address: _Optional[str] = ...) -> None: ...
+
+class GrantInfo(_message.Message):
+    __slots__ = ("pattern", "operations")
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    OPERATIONS_FIELD_NUMBER: _ClassVar[int]
+    pattern: str
+    operations: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, pattern: _Optional[str] = ..., operations: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PrincipalInfo(_message.Message):
+    __slots__ = ("name", "grants", "created_ms", "rotated_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    GRANTS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    ROTATED_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    grants: _containers.RepeatedCompositeFieldContainer[GrantInfo]
+    created_ms: int
+    rotated_ms: int
+    def __init__(self, name: _Optional[str] = ..., grants: _Optional[_Iterable[_Union[GrantInfo, _Mapping]]] = ..., created_ms: _Optional[int] = ..., rotated_ms: _Optional[int] = ...) -> None: ...
+
+class CreatePrincipalRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class RotatePrincipalRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class PrincipalTokenResponse(_message.Message):
+    __slots__ = ("principal", "token")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    principal: PrincipalInfo
+    token: str
+    def __init__(self, principal: _Optional[_Union[PrincipalInfo, _Mapping]] = ..., token: _Optional[str] = ...) -> None: ...
+
+class DeletePrincipalRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeletePrincipalResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListPrincipalsRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListPrincipalsResponse(_message.Message):
+    __slots__ = ("principals",)
+    PRINCIPALS_FIELD_NUMBER: _ClassVar[int]
+    principals: _containers.RepeatedCompositeFieldContainer[PrincipalInfo]
+    def __init__(self, principals: _Optional[_Iterable[_Union[PrincipalInfo, _Mapping]]] = ...) -> None: ...
+
+class GrantRequest(_message.Message):
+    __slots__ = ("principal", "pattern", "operations")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    OPERATIONS_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    pattern: str
+    operations: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, principal: _Optional[str] = ..., pattern: _Optional[str] = ..., operations: _Optional[_Iterable[str]] = ...) -> None: ...
