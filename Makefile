@@ -11,6 +11,9 @@ PYTEST_ARGS ?=
 .PHONY: setup run test unit integration lint proto proto-check bench chaos clean
 
 $(STAMP): pyproject.toml
+	# fuse3: libfuse3 + fusermount3 for the EIO disk fault (chaos/eiofs.py), when root.
+	if [ "$$(id -u)" = 0 ] && ! command -v fusermount3 >/dev/null; then \
+	  apt-get install -y fuse3 || (apt-get update && apt-get install -y fuse3); fi
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev,spark]'

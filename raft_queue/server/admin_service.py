@@ -48,6 +48,10 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
                     metadata_leader=n.node_id == leader,
                     rack=n.rack,
                     last_heartbeat_age_ms=int(age * 1000) if age is not None else 0,
+                    disk_low=self.node.disk.low_reason(n.node_id),
+                    failure=self.node.disk.failure()
+                    if n.node_id == self.node.id
+                    else self.liveness.failed.get(n.node_id, ""),
                 )
             )
         voters = controllers_pb(self.node)
@@ -71,9 +75,10 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     @handled
     async def Heartbeat(self, request: Any, context: Any) -> Any:  # noqa: N802
-        self.liveness.beat(request.node)
+        self.liveness.beat(request.node, request.failure)
+        low = self.node.disk.report(request.node, request.disk_low)
         await register_if_needed(self.node, request)
-        return admin_pb2.HeartbeatResponse(metadata_version=self.node.view.version)
+        return admin_pb2.HeartbeatResponse(metadata_version=self.node.view.version, disk_low=low)
 
     # ---- operations (metadata leader) -------------------------------------------------
     @handled
@@ -135,6 +140,8 @@ def heartbeat_request(node: Any) -> Any:
         raft_port_max=c.raft_port_max,
         controller=node.metadata is not None,
         metadata_raft_port=c.metadata_raft_port,
+        disk_low=node.disk.check(),
+        failure=node.disk.failure(),
     )
 
 
@@ -169,11 +176,13 @@ async def registration_loop(cluster: Cluster, period_s: float = 1.0) -> None:
         try:
             req = heartbeat_request(node)
             if node.metadata is not None and node.metadata.is_leader():
+                node.disk.adopt(node.disk.report(node.id, req.disk_low))
                 await register_if_needed(node, req)
             else:
                 address = node.metadata_leader_address()
                 if address and address != node.address:
-                    await cluster.peers.admin(address).Heartbeat(req, timeout=3.0)
+                    resp = await cluster.peers.admin(address).Heartbeat(req, timeout=3.0)
+                    node.disk.adopt(dict(resp.disk_low))
         except Exception as exc:  # the next beat retries; log without traceback spam
             log.debug("heartbeat failed: %s", exc)
         registered = node.id in node.view.nodes()

@@ -94,6 +94,8 @@ class LocalCluster:
     # generates once (base_dir/cluster.secret) and hands to its nodes.
     security: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    # [storage] section (StorageConfig): e.g. a free-space watermark in disk tests
+    storage: dict[str, Any] = field(default_factory=dict)
     quiet: bool = True
     port_block: int = PORT_BLOCK  # raft ports per node for partition replicas
     # advertise[i]: the address node i gives clients and peers (e.g. a fault proxy);
@@ -169,6 +171,8 @@ class LocalCluster:
                 *(f"{k} = {v!r}" for k, v in self.cluster_tuning.items()),
                 *(["", "[limits]"] if self.limits else []),
                 *(f"{k} = {v!r}" for k, v in self.limits.items()),
+                *(["", "[storage]"] if self.storage else []),
+                *(f"{k} = {v!r}" for k, v in self.storage.items()),
                 "",
                 "[security]",
                 *(f"{k} = {_toml(v)}" for k, v in security.items()),
