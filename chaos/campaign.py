@@ -69,6 +69,21 @@ class CampaignConfig:
     keep_data: bool = False
 
 
+def disk_setup(config: CampaignConfig) -> tuple[dict[str, int], dict[str, Any]]:
+    """Mounts for the disk nemeses in ``config.nemeses`` that this machine can make
+    ({"tmpfs": node, "eio": node}), and the nodes' [storage] watermark."""
+    from chaos.disk_nemesis import WATERMARK_BYTES
+    from chaos.disks import can_mount, have_fuse
+
+    disks: dict[str, int] = {}
+    if "disk-full" in config.nemeses and can_mount():
+        disks["tmpfs"] = 0
+    if "disk-eio" in config.nemeses and have_fuse():
+        disks["eio"] = 1 % config.nodes
+    storage = {"min_free_bytes": WATERMARK_BYTES} if disks else {}
+    return disks, storage
+
+
 class Monitor:
     """Polls every replica's term and role once a second: term changes (elections
     started) and leader changes per partition, as seen from outside."""
@@ -335,7 +350,10 @@ def run(config: CampaignConfig, log: Any = None) -> Result:
     replay = replay_command(config)
     log(f"chaos seed: {config.seed} (replay: {replay}); output in {run_dir}")
     raft = {"log_compaction_min_entries": config.compaction_entries}
-    cluster = ChaosCluster(run_dir / "cluster", config.nodes, seed=config.seed, raft=raft)
+    disks, storage = disk_setup(config)
+    cluster = ChaosCluster(
+        run_dir / "cluster", config.nodes, seed=config.seed, raft=raft, disks=disks, storage=storage
+    )
     try:
         result = _run_in(cluster, config, run_dir, log)
     finally:

@@ -322,9 +322,13 @@ class ReplicatedGroup(SafeSyncObj):
                 _fail(fut, errors.Unavailable("timed out before the command was proposed"))
 
     def fail_all(self, exc: errors.QueueError) -> None:
+        """Fail every waiter: those not yet proposed with ``exc``; those proposed
+        with OutcomeUnknown (the entry may still commit through the other
+        replicas: a chaos campaign saw such sends, failed as Unavailable, appear)."""
+        unknown = errors.OutcomeUnknown(f"{exc.message}; the command may still be applied")
         for futures, _ in self._inflight.values():
             for fut in futures:
-                _fail(fut, exc)
+                _fail(fut, unknown)
         self._inflight.clear()
         with self._lock:
             pending, self._pending = self._pending, []
