@@ -75,7 +75,7 @@ def test_a_full_disk_refuses_sends_cleanly_and_loses_nothing(tmp_path: Path) -> 
 
 def _full_disk_scenario(cluster: LocalCluster, fs: Any) -> None:
     acked: set[bytes] = set()
-    with cluster.client(timeout_s=10.0) as client, cluster.client(retries=0) as once:
+    with cluster.client(timeout_s=15.0, retries=30) as client, cluster.client(retries=0) as once:
         client.create_queue("full", partitions=1, replication_factor=3)
         body = b"x" * (16 << 10)
         for i in range(100):
@@ -136,7 +136,7 @@ def test_eio_under_one_replica_stops_it_and_the_others_carry_on(tmp_path: Path) 
 
 def _eio_scenario(cluster: LocalCluster, fs: Any) -> None:
     acked: set[bytes] = set()
-    with cluster.client(timeout_s=10.0) as client:
+    with cluster.client(timeout_s=15.0, retries=30) as client:  # rides out elections
         client.create_queue("eio", partitions=1, replication_factor=3)
         for i in range(30):
             client.send("eio", b"before-%04d" % i)
