@@ -8,7 +8,7 @@ NODES ?= 3
 BASE_PORT ?= 7100
 PYTEST_ARGS ?=
 
-.PHONY: setup run test unit integration lint proto proto-check bench chaos clean
+.PHONY: setup run test unit integration lint proto proto-check bench chaos soak clean
 
 $(STAMP): pyproject.toml
 	# fuse3: libfuse3 + fusermount3 for the EIO disk fault (chaos/eiofs.py), when root.
@@ -47,6 +47,11 @@ bench: setup
 
 chaos: setup
 	$(BIN)/python -m chaos.campaign --duration $${DURATION:-180} $${SEED:+--seed $$SEED}
+
+# Mixed load on a 3-node cluster with a node restart every minute; RSS sampled
+# (chaos/soak.py). make soak DURATION=600
+soak: setup
+	$(BIN)/python -m chaos.soak --duration $${DURATION:-600}
 
 clean:
 	rm -rf .raftq .pytest_cache .hypothesis
