@@ -22,6 +22,7 @@ import shutil
 import sys
 import threading
 import time
+import traceback
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -344,9 +345,9 @@ def count_operations(ops: list[Op]) -> dict[str, int]:
 def run(config: CampaignConfig, log: Any = None) -> Result:
     """One campaign; the cluster is always stopped, faults always healed. ``log``
     gets progress lines (default: printed and flushed at once)."""
-    log = log or functools.partial(print, flush=True)
     run_dir = config.out / f"seed-{config.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=True)
+    log = _tee(log or functools.partial(print, flush=True), run_dir / "campaign.log")
     replay = replay_command(config)
     log(f"chaos seed: {config.seed} (replay: {replay}); output in {run_dir}")
     raft = {"log_compaction_min_entries": config.compaction_entries}
@@ -356,12 +357,29 @@ def run(config: CampaignConfig, log: Any = None) -> Result:
     )
     try:
         result = _run_in(cluster, config, run_dir, log)
+    except BaseException as exc:  # keep what happened: the run dir stays, with node logs
+        log(f"campaign aborted: {type(exc).__name__}: {exc}; output kept in {run_dir}")
+        with open(run_dir / "campaign.log", "a") as f:
+            traceback.print_exc(file=f)
+        raise
     finally:
         cluster.stop()
     (run_dir / "report.json").write_text(result.to_json())
+    (run_dir / "report.txt").write_text(result.render() + "\n")
     if result.ok and not config.keep_data:
         shutil.rmtree(run_dir / "cluster", ignore_errors=True)
     return result
+
+
+def _tee(log: Any, path: Path) -> Any:
+    """``log``, also appending every line to ``path`` (kept when a run fails)."""
+
+    def both(line: str) -> None:
+        with open(path, "a") as f:
+            f.write(line + "\n")
+        log(line)
+
+    return both
 
 
 def _run_in(cluster: ChaosCluster, config: CampaignConfig, run_dir: Path, log: Any) -> Result:
