@@ -206,19 +206,17 @@ class StorageConfig:
     sends to every partition with a replica on it are refused
     (RESOURCE_EXHAUSTED naming the node and the disk; acks, receives and
     reads go on, and acks free space), and its replicas hand leadership
-    away, until space returns. 0 disables a threshold.
+    away, until space returns. Checked with every heartbeat
+    (``cluster.heartbeat_period_s``). 0 disables a threshold.
     """
 
     min_free_bytes: int = 256 * MIB
     min_free_percent: float = 0.0
-    check_period_s: float = 1.0
 
     def __post_init__(self) -> None:
         _check_int(ConfigError, "storage.min_free_bytes", self.min_free_bytes, 0, 2**62)
         if not 0.0 <= float(self.min_free_percent) < 100.0:
             raise ConfigError("storage.min_free_percent", "must be in [0, 100)")
-        if not 0.05 <= float(self.check_period_s) <= 60.0:
-            raise ConfigError("storage.check_period_s", "must be in [0.05, 60]")
 
 
 @dataclass(frozen=True, slots=True)

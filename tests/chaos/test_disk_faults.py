@@ -163,3 +163,46 @@ def _eio_scenario(cluster: LocalCluster, fs: Any) -> None:
         stored = set(read_all(client, "eio").values())
         assert not (acked - stored), f"{len(acked - stored)} acknowledged messages lost"
         wait_identical_replicas(client, "eio", 90)
+
+
+_FILL_JOURNAL = """
+import sys
+from pysyncobj.journal import ResizableFile
+from raft_queue.replication.journal import PreallocatedFile
+header = b"h" * 64
+if sys.argv[2] == "ours":
+    f = PreallocatedFile(sys.argv[1], header)
+else:
+    f = ResizableFile(sys.argv[1], defaultContent=header)
+offset = 0
+try:
+    while True:
+        f.write(offset, b"j" * (256 << 10))
+        offset += 256 << 10
+except OSError as exc:
+    print("clean", exc.errno, offset)
+"""
+
+
+@pytest.mark.skipif(not can_mount(), reason="needs root to mount a tmpfs")
+@pytest.mark.parametrize("impl", ["ours", "pysyncobj"])
+def test_a_journal_on_a_full_disk_fails_a_write_cleanly(tmp_path: Path, impl: str) -> None:
+    """pysyncobj's journal grows a sparse file under an mmap: on a full disk the
+    write through the mapping gets SIGBUS. Ours allocates before mapping."""
+    import errno
+    import subprocess
+    import sys
+
+    with tmpfs(tmp_path / "disk", 8 * MIB) as fs:
+        proc = subprocess.run(
+            [sys.executable, "-c", _FILL_JOURNAL, str(fs.path / "raft.journal"), impl],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    if impl == "pysyncobj":  # the hazard this fixes, shown
+        assert proc.returncode == -7, (proc.returncode, proc.stdout, proc.stderr)  # SIGBUS
+        return
+    assert proc.returncode == 0, proc.stderr
+    word, code, written = proc.stdout.split()
+    assert word == "clean" and int(code) == errno.ENOSPC and int(written) >= 4 * MIB
