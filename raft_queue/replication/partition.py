@@ -271,6 +271,8 @@ class PartitionReplica(ReplicatedGroup):
     def _reading(self) -> Iterator[Any]:
         """A read txn; Unavailable (retryable) once the replica was stopped,
         which another thread may do at any time (the reconciler)."""
+        if self.failed:  # fail-stop: no reads from a replica that stopped
+            raise errors.Unavailable(f"{self.key}: replica failed: {self.failed}")
         with ExitStack() as stack:
             try:
                 txn = stack.enter_context(self.store.begin())
