@@ -33,6 +33,7 @@ from raft_queue.core.partition import PartitionMachine
 from raft_queue.replication import snapshot
 from raft_queue.replication.group import Pending, ReplicatedGroup
 from raft_queue.replication.host import RaftHost
+from raft_queue.replication.journal import drop_page_cache
 from raft_queue.replication.raft import make_conf
 from raft_queue.replication.standing import StandingLeases
 from raft_queue.storage.lmdb_store import LmdbStore
@@ -120,6 +121,7 @@ class PartitionReplica(ReplicatedGroup):
         self._ridden = _RIDDEN
         self.machine = PartitionMachine()
         self._stored_index: int | None = None  # LMDB's last_applied (_last_applied)
+        drop_page_cache(data_dir)  # before LMDB maps its file (see ReplicatedGroup)
         self.store = LmdbStore(os.path.join(data_dir, "lmdb"), tables=PartitionMachine.TABLES)
         self._check_format()
         conf = make_conf(
