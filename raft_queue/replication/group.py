@@ -33,8 +33,9 @@ from pysyncobj.syncobj import _RAFT_STATE, FAIL_REASON
 
 from raft_queue import errors
 from raft_queue.replication import snapshot
+from raft_queue.replication.diskfiles import drop_page_cache
 from raft_queue.replication.host import RaftHost
-from raft_queue.replication.journal import SyncJob, drop_page_cache
+from raft_queue.replication.journal import SyncJob
 from raft_queue.replication.raft import ProxiedNode, SafeSyncObj, fail_reason_error
 
 log = logging.getLogger(__name__)

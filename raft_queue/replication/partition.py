@@ -31,9 +31,9 @@ from raft_queue import errors
 from raft_queue.core import codec, commands
 from raft_queue.core.partition import PartitionMachine
 from raft_queue.replication import snapshot
+from raft_queue.replication.diskfiles import drop_page_cache
 from raft_queue.replication.group import Pending, ReplicatedGroup
 from raft_queue.replication.host import RaftHost
-from raft_queue.replication.journal import drop_page_cache
 from raft_queue.replication.raft import make_conf
 from raft_queue.replication.standing import StandingLeases
 from raft_queue.storage.lmdb_store import LmdbStore

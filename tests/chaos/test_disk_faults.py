@@ -168,7 +168,7 @@ def _eio_scenario(cluster: LocalCluster, fs: Any) -> None:
 _FILL_JOURNAL = """
 import sys
 from pysyncobj.journal import ResizableFile
-from raft_queue.replication.journal import PreallocatedFile
+from raft_queue.replication.diskfiles import PreallocatedFile
 header = b"h" * 64
 if sys.argv[2] == "ours":
     f = PreallocatedFile(sys.argv[1], header)
@@ -206,3 +206,36 @@ def test_a_journal_on_a_full_disk_fails_a_write_cleanly(tmp_path: Path, impl: st
     assert proc.returncode == 0, proc.stderr
     word, code, written = proc.stdout.split()
     assert word == "clean" and int(code) == errno.ENOSPC and int(written) >= 4 * MIB
+
+
+@pytest.mark.skipif(not have_fuse(), reason="needs root, /dev/fuse, fusermount3 and mfusepy")
+def test_a_node_whose_replicas_failed_is_repaired_elsewhere(tmp_path: Path) -> None:
+    """The existing repair (liveness -> dead -> plan_repair) moves the replicas of a
+    node whose disk returns EIO: its heartbeats report the failure and do not count."""
+    from tests.integration.test_operations import TUNING, holders, wait_for
+
+    cluster = LocalCluster(tmp_path / "c", nodes=4, cluster_tuning=TUNING)
+    with eio_mount(cluster.specs[3].dir / "data") as fs:
+        try:
+            cluster.start()
+            cluster.wait_ready(60)
+            with cluster.client(timeout_s=15.0, retries=30) as client:
+                client.create_queue("rq", partitions=3, replication_factor=3)
+                assert "n4" in holders(client, "rq")
+                acked = [b"r-%04d" % i for i in range(40)]
+                for body in acked[:20]:
+                    client.send("rq", body)
+                fs.fail()
+                for body in acked[20:]:
+                    client.send("rq", body)
+                wait_for(lambda: "n4" not in holders(client, "rq"), 120, "repair off n4")
+                assert sorted(holders(client, "rq").values()) == [3, 3, 3]
+                assert cluster.alive(3), "n4's process died instead of stopping its replicas"
+                stored = set(read_all(client, "rq").values())
+                assert set(acked) <= stored
+                wait_identical_replicas(client, "rq", 90)
+        except BaseException:
+            _dump_logs(cluster)
+            raise
+        finally:
+            cluster.stop()
