@@ -21,7 +21,7 @@ bounded and a growing RSS means a leak, not a bigger store. Every Raft group
 keeps the entries since its last snapshot in memory (pysyncobj's log) and
 drops them when it compacts, after ``log_compaction_min_entries``: RSS is a
 sawtooth whose height grows with that setting (at the default 5000, about
-15 MiB on n1 here, 20 % of its RSS), so the soak runs with
+10 MiB on n1 here, over 10 % of its RSS), so the soak runs with
 ``--compaction-entries`` 1000 to see a trend through it. ``rss_trend_mib_per_min``
 (a least-squares slope over n1's samples after warm-up) shows a leak the
 spread would hide or exaggerate.

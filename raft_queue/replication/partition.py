@@ -273,7 +273,7 @@ class PartitionReplica(ReplicatedGroup):
     def _reading(self) -> Iterator[Any]:
         """A read txn; Unavailable (retryable) once the replica was stopped,
         which another thread may do at any time (the reconciler)."""
-        if self.failed:  # fail-stop: no reads from a replica that stopped
+        if getattr(self, "failed", ""):  # fail-stop: no reads from a replica that stopped
             raise errors.Unavailable(f"{self.key}: replica failed: {self.failed}")
         with ExitStack() as stack:
             try:
