@@ -262,19 +262,37 @@ class HealthConfig:
     It is ready while it reaches the metadata quorum (a voter: its metadata
     replica knows a leader, and a leader hears from a quorum within
     ``quorum_timeout_s``; a non-voter: its last metadata poll reached a voter
-    that knows a leader), its data directory's file system has at least
-    ``min_free_disk_bytes`` free, and it is not shutting down. Checked every
-    ``check_period_s``.
+    that knows a leader), its data directory's file system is above the
+    ``[storage]`` watermark (the one rule that also refuses sends), and it
+    is not shutting down. Checked every ``check_period_s``.
     """
 
-    min_free_disk_bytes: int = 256 * MIB
     check_period_s: float = 0.5
     quorum_timeout_s: float = 2.0
 
     def __post_init__(self) -> None:
-        _check_int(ConfigError, "health.min_free_disk_bytes", self.min_free_disk_bytes, 0, 2**62)
         _check_positive("health.check_period_s", self.check_period_s)
         _check_positive("health.quorum_timeout_s", self.quorum_timeout_s)
+
+
+@dataclass(frozen=True, slots=True)
+class StorageConfig:
+    """``[storage]``: the free-space watermark of the disk holding ``data_dir``
+    (server/disk.py). Below either threshold the node is "low on disk":
+    sends to every partition with a replica on it are refused
+    (RESOURCE_EXHAUSTED naming the node and the disk; acks, receives and
+    reads go on, and acks free space), and its replicas hand leadership
+    away, until space returns. Checked with every heartbeat
+    (``cluster.heartbeat_period_s``). 0 disables a threshold.
+    """
+
+    min_free_bytes: int = 256 * MIB
+    min_free_percent: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_int(ConfigError, "storage.min_free_bytes", self.min_free_bytes, 0, 2**62)
+        if not 0.0 <= float(self.min_free_percent) < 100.0:
+            raise ConfigError("storage.min_free_percent", "must be in [0, 100)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +326,7 @@ class NodeConfig:
     # "text" (human) or "json" (one object a line: node, request id, queue,
     # partition where known; raft_queue/observability/logs.py).
     log_format: str = "text"
+    storage: StorageConfig = field(default_factory=StorageConfig)
 
     def __post_init__(self) -> None:
         check_name("node_id", self.node_id, error=ConfigError)

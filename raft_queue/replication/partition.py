@@ -34,6 +34,7 @@ from raft_queue import errors
 from raft_queue.core import codec, commands
 from raft_queue.core.partition import PartitionMachine
 from raft_queue.replication import snapshot
+from raft_queue.replication.diskfiles import drop_page_cache
 from raft_queue.replication.group import Pending, ReplicatedGroup
 from raft_queue.replication.host import RaftHost
 from raft_queue.replication.raft import make_conf
@@ -124,6 +125,7 @@ class PartitionReplica(ReplicatedGroup):
         self._ridden = _RIDDEN
         self.machine = PartitionMachine()
         self._stored_index: int | None = None  # LMDB's last_applied (_last_applied)
+        drop_page_cache(data_dir)  # before LMDB maps its file (see ReplicatedGroup)
         self.store = LmdbStore(os.path.join(data_dir, "lmdb"), tables=PartitionMachine.TABLES)
         self._check_format()
         conf = make_conf(
@@ -284,6 +286,8 @@ class PartitionReplica(ReplicatedGroup):
     def _reading(self) -> Iterator[Any]:
         """A read txn; Unavailable (retryable) once the replica was stopped,
         which another thread may do at any time (the reconciler)."""
+        if getattr(self, "failed", ""):  # fail-stop: no reads from a replica that stopped
+            raise errors.Unavailable(f"{self.key}: replica failed: {self.failed}")
         with ExitStack() as stack:
             try:
                 txn = stack.enter_context(self.store.begin())

@@ -44,6 +44,10 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
                     metadata_leader=n.node_id == leader,
                     rack=n.rack,
                     last_heartbeat_age_ms=int(age * 1000) if age is not None else 0,
+                    disk_low=self.node.disk.low_reason(n.node_id),
+                    failure=self.node.disk.failure()
+                    if n.node_id == self.node.id
+                    else self.liveness.failed.get(n.node_id, ""),
                 )
             )
         voters = controllers_pb(self.node)

@@ -36,6 +36,7 @@ from raft_queue.replication.partition import PartitionReplica
 from raft_queue.replication.raft import check_version
 from raft_queue.server.controllers import load_role
 from raft_queue.server.convert import partition_config
+from raft_queue.server.disk import DiskHealth
 from raft_queue.server.wakeups import Wakeups
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,8 @@ class Node:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.wakeups: Wakeups
         self.started_at = time.monotonic()
+        # Free-space watermark and fail-stopped replicas (server/disk.py).
+        self.disk = DiskHealth(self.id, config.data_dir, config.storage)
 
     # ---- lifecycle ---------------------------------------------------------------------
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -127,6 +130,7 @@ class Node:
             dial=self._dial,
             on_change=self._on_metadata_change,
         )
+        replica.on_failed = self.disk.replica_failed
         # Assigned before the host drives it: replay may apply committed entries
         # (and call _on_metadata_change) before start() gets the return value.
         self.metadata = replica
@@ -305,6 +309,11 @@ class Node:
                 self._leader_since.pop(key, None)
                 continue
             since = self._leader_since.setdefault(key, now)
+            if self.disk.is_low(self.id):  # short of space: lead nothing (server/disk.py)
+                away = self._healthy_peer_address(key)
+                if away is not None:
+                    self.host.call(partial(replica.transferLeadership, away))
+                continue
             target = self._preferred_address(key)
             if target is None or now - since < PREFER_AFTER_S:
                 continue
@@ -325,9 +334,27 @@ class Node:
             if a.partition == key.partition and a.replicas:
                 first = a.replicas[0]
                 node = self.view.nodes().get(first.node_id)
-                if first.node_id == self.id or node is None:
+                if first.node_id == self.id or node is None or self.disk.is_low(first.node_id):
                     return None
                 return f"{node.raft_host}:{first.raft_port}"
+        return None
+
+    def partition_replicas(self, queue: str, partition: int) -> tuple[Any, ...]:
+        """The ReplicaRefs of a partition (its assignment), or ()."""
+        for a in self.view.assignments(queue):
+            if a.partition == partition:
+                return tuple(a.replicas)
+        return ()
+
+    def _healthy_peer_address(self, key: ReplicaKey) -> str | None:
+        """Raft address of another replica of ``key`` on a node not low on disk."""
+        nodes = self.view.nodes()
+        for ref in self.partition_replicas(key.queue, key.partition):
+            node = nodes.get(ref.node_id)
+            if node is None or ref.node_id == self.id or node.state != "alive":
+                continue
+            if not self.disk.is_low(ref.node_id):
+                return f"{node.raft_host}:{ref.raft_port}"
         return None
 
     def _configure_leaders(self) -> None:
@@ -413,6 +440,7 @@ class Node:
         )
         replica.on_wake = self.wakeups.hook((key.queue, key.partition))
         replica.set_probe(metrics.probe_for(key.queue, key.partition))
+        replica.on_failed = self.disk.replica_failed
         self.host.add(replica)
         return replica
 

@@ -176,7 +176,7 @@ def test_a_node_cut_off_by_sigstop_says_not_serving_then_recovers(cluster: Local
 
 
 def test_health_says_not_serving_below_the_disk_watermark(tmp_path: Path) -> None:
-    c = LocalCluster(tmp_path / "c", nodes=1, health={"min_free_disk_bytes": 2**62})
+    c = LocalCluster(tmp_path / "c", nodes=1, storage={"min_free_bytes": 2**62})
     c.start()
     try:
         c.wait_ready(60)
