@@ -33,7 +33,7 @@ from raft_queue.core.partition import PartitionMachine
 from raft_queue.replication import snapshot
 from raft_queue.replication.group import Pending, ReplicatedGroup
 from raft_queue.replication.host import RaftHost
-from raft_queue.replication.raft import make_conf
+from raft_queue.replication.raft import bind_address_for, make_conf
 from raft_queue.replication.standing import StandingLeases
 from raft_queue.storage.lmdb_store import LmdbStore
 
@@ -104,6 +104,8 @@ class PartitionReplica(ReplicatedGroup):
         fsync: bool = True,
         log_compaction_min_entries: int = 20000,
         durability: str = "",
+        bind_host: str | None = None,
+        link_key: bytes | None = None,
     ) -> None:
         os.makedirs(data_dir, exist_ok=True)
         self.durability = durability or ("fsync" if fsync else "quorum")
@@ -128,6 +130,7 @@ class PartitionReplica(ReplicatedGroup):
             election_timeout_min_s=election_timeout_s[0],
             election_timeout_max_s=election_timeout_s[1],
             heartbeat_s=heartbeat_s,
+            bind_address=bind_address_for(bind_host, self_address),
             serializer=self._serialize,
             deserializer=self._deserialize,
             log_compaction_min_entries=log_compaction_min_entries,
@@ -139,6 +142,7 @@ class PartitionReplica(ReplicatedGroup):
             peers,
             conf,
             dial=dial,
+            link_key=link_key,
             fsync=fsync,
             lease_quorum_s=election_timeout_s[0],
         )
