@@ -133,20 +133,23 @@ class _Touch:
         return (open, (self.path, "w"))
 
 
-def test_a_pickle_frame_runs_nothing_and_is_dropped(nodes: LocalCluster, tmp_path: Path) -> None:
-    for port in _raft_ports(nodes, 0):
-        for framing in ("<i", ">I"):  # pysyncobj's length prefix, and ours
-            target = tmp_path / f"pwned-{port}-{framing[0] == '<'}"
-            for payload in (
-                pickle.dumps(_Touch(str(target))),
-                zlib.compress(pickle.dumps(_Touch(str(target)))),  # pysyncobj's framing
-            ):
-                with _connect(port) as s:
-                    s.sendall(struct.pack(framing, len(payload)) + payload)
-                    _, closed = _read_until_closed(s)
-                assert closed, f"port {port}: connection kept after a pickle frame"
-                time.sleep(0.2)
-                assert not target.exists(), f"port {port}: the pickle ran"
+@pytest.mark.parametrize("which", [0, 1], ids=["metadata", "partition"])
+def test_a_pickle_frame_runs_nothing_and_is_dropped(
+    nodes: LocalCluster, tmp_path: Path, which: int
+) -> None:
+    port = _raft_ports(nodes, 0)[which]
+    for framing in ("<i", ">I"):  # pysyncobj's length prefix, and ours
+        target = tmp_path / f"pwned-{framing[0] == '<'}"
+        for payload in (
+            pickle.dumps(_Touch(str(target))),
+            zlib.compress(pickle.dumps(_Touch(str(target)))),  # pysyncobj's framing
+        ):
+            with _connect(port) as s:
+                s.sendall(struct.pack(framing, len(payload)) + payload)
+                _, closed = _read_until_closed(s)
+            time.sleep(0.2)
+            assert not target.exists(), f"port {port}: the pickle ran"
+            assert closed, f"port {port}: connection kept after a pickle frame"
 
 
 def _old_frame(obj: Any) -> bytes:
@@ -156,15 +159,19 @@ def _old_frame(obj: Any) -> bytes:
     return struct.pack("i", len(data)) + data
 
 
-def test_readonly_peers_and_utility_commands_are_refused(nodes: LocalCluster) -> None:
+@pytest.mark.parametrize(
+    "first", ["readonly", ["status"], ["add", "127.0.0.1:1"], ["remove", "127.0.0.1:2"]]
+)
+def test_readonly_peers_and_utility_commands_are_refused(nodes: LocalCluster, first: Any) -> None:
+    # Before links, "readonly" was kept and sent the leader's entries, and
+    # every utility command was answered (add/remove: proposed to the group).
     for i in range(nodes.nodes):
         for port in _raft_ports(nodes, i):
-            for first in ("readonly", ["status"], ["add", "127.0.0.1:1"], ["remove", "x:1"]):
-                with _connect(port) as s:
-                    s.sendall(_old_frame(first))
-                    data, closed = _read_until_closed(s, within_s=3.0)
-                assert closed, f"{first!r} on port {port}: connection kept"
-                assert len(data) <= 4 + 37, f"{first!r} on port {port}: answered {data[:80]!r}"
+            with _connect(port) as s:
+                s.sendall(_old_frame(first))
+                data, closed = _read_until_closed(s, within_s=3.0)
+            assert len(data) <= 4 + 37, f"{first!r} on port {port}: answered {data[:80]!r}"
+            assert closed, f"{first!r} on port {port}: connection kept"
 
 
 def _secret(nodes: LocalCluster) -> bytes:
