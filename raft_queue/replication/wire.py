@@ -10,8 +10,9 @@ commands (status, add, remove, set_version, transfer). Importing this module
 replaces ``TcpConnection.send`` and its frame parser with the frames below;
 ``raft.py`` imports it, so every connection uses them.
 
-Frame: ``>I`` length, then the frame (at most ``max_frame_bytes()``; a
-longer or empty one drops the connection). The first frame each way is the
+Frame: ``>I`` length, then the frame (at most ``max_frame_bytes()``, and
+``HANDSHAKE_FRAME_BYTES`` until the peer's CONFIRM opened; a longer or
+empty one drops the connection). The first frame each way is the
 link HELLO; after it every frame is sealed (AES-GCM, link.py) or, with no
 cluster secret, plain. Inside: one byte (0: raw, 1: zlib) and the message's
 codec bytes (codec.py): never a pickle. Any bad frame (too long, failed
@@ -78,6 +79,9 @@ def max_frame_bytes() -> int:
     return _max_frame
 
 
+# Until the peer proved the secret (its CONFIRM opened) only handshake frames
+# are read: a stranger cannot make a node buffer a large frame.
+HANDSHAKE_FRAME_BYTES = 256
 _LEN = struct.Struct(">I")
 _RAW, _ZLIB = b"\x00", b"\x01"
 _NOTHING = object()  # a frame that carried no message (HELLO, CONFIRM)
@@ -187,8 +191,10 @@ def _wire_parse(conn: TcpConnection) -> Any:
         if len(buf) < 4:
             return None
         (size,) = _LEN.unpack_from(buf)
-        if size == 0 or size > _max_frame:
-            _drop(conn, f"frame of {size} bytes (cap {_max_frame})")
+        link: _Link | None = conn.raftq_link
+        cap = _max_frame if link is None or link.session.confirmed else HANDSHAKE_FRAME_BYTES
+        if size == 0 or size > cap:
+            _drop(conn, f"frame of {size} bytes (cap {cap})")
             return None
         if len(buf) - 4 < size:
             return None

@@ -298,3 +298,62 @@ def test_members_greeting_as_readonly_or_strangers_are_refused(nodes: LocalClust
             peer = Peer(port, _secret(nodes))
             peer.send(greeting)
             assert peer.closed(), f"greeting {greeting!r} on {port} was accepted"
+
+
+# ---- security.insecure: plaintext links, every other rule kept ------------------------
+@pytest.fixture(scope="module")
+def insecure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    c = LocalCluster(
+        tmp_path_factory.mktemp("plain") / "cluster",
+        nodes=3,
+        security={"cluster_secret_file": "", "insecure": True},
+    )
+    c.start()
+    try:
+        c.wait_ready(60)
+        c.client().create_queue("plain", partitions=1, replication_factor=3)
+        yield c
+    finally:
+        c.stop()
+
+
+def _plain_hello(s: socket.socket) -> None:
+    from raft_queue.security.link import LinkSession
+
+    hello = LinkSession(None, dialer=True).hello()
+    s.sendall(struct.pack(">I", len(hello)) + hello)
+
+
+def test_insecure_nodes_bind_to_raft_host_and_unpickle_nothing(
+    insecure: LocalCluster, tmp_path: Path
+) -> None:
+    for i in range(insecure.nodes):
+        wild = [(a, p) for a, p in _listening(insecure.pid(i)) if a in ("0.0.0.0", "::")]
+        assert not wild, f"n{i + 1} listens on {wild}"
+    for port in _raft_ports(insecure, 0):
+        target = tmp_path / f"pwned-{port}"
+        payload = pickle.dumps(_Touch(str(target)))
+        with _connect(port) as s:
+            _plain_hello(s)  # a valid plaintext HELLO, then the pickle
+            s.sendall(struct.pack(">I", len(payload)) + payload)
+            _, closed = _read_until_closed(s)
+        time.sleep(0.2)
+        assert not target.exists() and closed, port
+
+
+def test_insecure_nodes_refuse_readonly_and_sealed_peers(insecure: LocalCluster) -> None:
+    from raft_queue.replication import codec
+    from raft_queue.security.link import LinkSession
+
+    for port in _raft_ports(insecure, 1):
+        with _connect(port) as s:
+            _plain_hello(s)
+            body = b"\x00" + codec.encode("readonly")
+            s.sendall(struct.pack(">I", len(body)) + body)
+            _, closed = _read_until_closed(s)
+        assert closed, f"readonly kept on {port}"
+        with _connect(port) as s:  # a sealed HELLO to a plaintext node
+            hello = LinkSession(os.urandom(32), dialer=True).hello()
+            s.sendall(struct.pack(">I", len(hello)) + hello)
+            _, closed = _read_until_closed(s)
+        assert closed, f"a sealed peer was kept on {port}"

@@ -235,3 +235,12 @@ def test_snapshot_chunks_are_compressed_and_other_messages_not() -> None:
     assert a.got[1:] == [chunk, big]
     assert len(frames[-2]) < 4096, "a snapshot chunk was not compressed"
     assert len(frames[-1]) > 65536, "an AppendEntries was compressed"
+
+
+def test_before_key_confirmation_only_small_frames_are_read() -> None:
+    # A stranger cannot make the node buffer a large frame before proving the secret.
+    poller, d, a = link()
+    d.conn._TcpConnection__writeBuffer += struct.pack(">I", wire.HANDSHAKE_FRAME_BYTES + 1)
+    d.conn._TcpConnection__trySendBuffer()
+    pump(poller, lambda: not a.alive)
+    assert not a.alive
