@@ -196,7 +196,8 @@ def make_conf(
 
 
 class SafeSyncObj(AppendEntriesFixes, TickFixes):
-    """SyncObj with hazards 1-5 fixed. Subclasses add ``@replicated`` methods.
+    """SyncObj with hazards 1-6 fixed. Subclasses implement ``apply_regular``
+    and propose entries with ``propose`` (no ``@replicated`` methods).
 
     ``shared_poller``: the host's poller (see GroupPoller). ``fsync``: sync the
     journal before acknowledging (durability "fsync"); False for "quorum".
