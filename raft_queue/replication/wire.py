@@ -22,8 +22,11 @@ second greeting) drops the connection; the dialer reconnects.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import logging
+import socket
 import struct
 import zlib
 from typing import Any
@@ -179,8 +182,36 @@ def _receive(conn: TcpConnection, frame: bytes) -> Any:
 
 
 def _drop(conn: TcpConnection, reason: object) -> None:
-    log.warning("dropping a Raft connection: %s", reason)
+    link: _Link | None = conn.raftq_link
+    where = ""
+    if link is not None:
+        s = link.session
+        where = f" ({'dialer' if s.dialer else 'acceptor'}, hello={s.peer is not None})"
+    sock = conn._TcpConnection__socket
+    with contextlib.suppress(OSError, AttributeError, IndexError, TypeError):
+        where += f" local {sock.getsockname()[1]} peer {sock.getpeername()[1]}"
+    log.warning("dropping a Raft connection%s: %s", where, reason)
     conn.disconnect()
+
+
+def _wire_read(conn: TcpConnection) -> bool:
+    """pysyncobj's ``__processRead`` with a bytearray read buffer: its bytes
+    buffer was copied whole on every recv (a 1 MiB frame in 64 KiB reads
+    copied ~8 MiB, and several frames in one read far more)."""
+    try:
+        incoming = conn._TcpConnection__socket.recv(conn._TcpConnection__recvBufferSize)
+    except OSError as e:
+        if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
+            conn.disconnect()
+        return False
+    if not incoming or conn._TcpConnection__socket.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+        conn.disconnect()
+        return False
+    buf = conn._TcpConnection__readBuffer
+    if type(buf) is not bytearray:  # pysyncobj resets it to bytes() on (dis)connect
+        buf = conn._TcpConnection__readBuffer = bytearray(buf)
+    buf += incoming
+    return True
 
 
 def _wire_parse(conn: TcpConnection) -> Any:
@@ -188,6 +219,8 @@ def _wire_parse(conn: TcpConnection) -> Any:
     message, or None when more bytes are needed or the connection was dropped."""
     while conn.state != CONNECTION_STATE.DISCONNECTED:
         buf = conn._TcpConnection__readBuffer
+        if type(buf) is not bytearray:
+            buf = conn._TcpConnection__readBuffer = bytearray(buf)
         if len(buf) < 4:
             return None
         (size,) = _LEN.unpack_from(buf)
@@ -198,8 +231,8 @@ def _wire_parse(conn: TcpConnection) -> Any:
             return None
         if len(buf) - 4 < size:
             return None
-        frame = buf[4 : 4 + size]
-        conn._TcpConnection__readBuffer = buf[4 + size :]
+        frame = bytes(buf[4 : 4 + size])
+        del buf[: 4 + size]
         try:
             message = _receive(conn, frame)
         except (LinkError, codec.CodecError, zlib.error) as exc:
@@ -213,6 +246,7 @@ def _wire_parse(conn: TcpConnection) -> Any:
 TcpConnection.raftq_link = None
 TcpConnection.send = _wire_send
 TcpConnection._TcpConnection__processParseMessage = _wire_parse
+TcpConnection._TcpConnection__processRead = _wire_read
 
 
 class LinkTransport(TCPTransport):
