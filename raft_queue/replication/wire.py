@@ -7,8 +7,9 @@ every ``SafeSyncObj``: it starts a link handshake on each connection
 first message only the greeting of a member it does not dial itself,
 refuses ``readonly`` peers and registers none of pysyncobj's utility
 commands (status, add, remove, set_version, transfer). Importing this module
-replaces ``TcpConnection.send`` and its frame parser with the frames below;
-``raft.py`` imports it, so every connection uses them.
+replaces ``TcpConnection.send``, its frame parser and its read (a bytearray
+buffer) with the frames below; ``raft.py`` imports it, so every connection
+uses them.
 
 Frame: ``>I`` length, then the frame (at most ``max_frame_bytes()``, and
 ``HANDSHAKE_FRAME_BYTES`` until the peer's CONFIRM opened; a longer or
