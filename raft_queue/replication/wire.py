@@ -95,22 +95,32 @@ class _Link:
     """A connection's link state: the handshake, messages waiting for it, and
     whether the greeting is still expected (acceptor side)."""
 
-    __slots__ = ("expect_greeting", "pending", "session")
+    __slots__ = ("closed", "expect_greeting", "pending", "session")
 
     def __init__(self, key: bytes | None, dialer: bool) -> None:
         self.session = LinkSession(key, dialer)
         self.pending: list[bytes] = []
         self.expect_greeting = not dialer
+        # The connection dropped: nothing of this session is written any
+        # more. pysyncobj reconnects an outgoing connection on the same
+        # TcpConnection, sometimes from inside the drop (a timeout found
+        # while writing); frames of the old session must not reach the new
+        # socket ahead of its HELLO.
+        self.closed = False
 
 
 def start_link(conn: TcpConnection, key: bytes | None, dialer: bool) -> None:
     """Begin the handshake on a fresh connection: state, then our HELLO."""
     link = _Link(key, dialer)
     conn.raftq_link = link
-    _write(conn, link.session.hello())
+    _write(conn, link.session.hello(), link)
 
 
-def _write(conn: TcpConnection, frame: bytes) -> None:
+def _write(conn: TcpConnection, frame: bytes, link: _Link | None = None) -> None:
+    """Frame ``frame`` out on ``conn``, unless ``link`` (the session it
+    belongs to) is no longer the connection's live one."""
+    if link is not None and (link.closed or conn.raftq_link is not link):
+        return
     conn._TcpConnection__writeBuffer += _LEN.pack(len(frame)) + frame
     conn._TcpConnection__trySendBuffer()
 
@@ -137,10 +147,12 @@ def _wire_send(conn: TcpConnection, message: Any) -> None:
     link: _Link | None = conn.raftq_link
     if link is None:  # a plain pysyncobj transport (tests): unsealed codec frames
         _write(conn, body)
+    elif link.closed:
+        return  # dropped; pysyncobj's transport reports the send failed
     elif not link.session.ready:
         link.pending.append(body)  # sealed (in order) once the HELLO arrives
     else:
-        _write(conn, link.session.seal(body))
+        _write(conn, link.session.seal(body), link)
 
 
 def _decode(payload: bytes) -> Any:
@@ -164,10 +176,10 @@ def _receive(conn: TcpConnection, frame: bytes) -> Any:
     if session.peer is None:
         confirm = session.on_hello(frame)
         if confirm is not None:
-            _write(conn, confirm)
+            _write(conn, confirm, link)
         pending, link.pending = link.pending, []
         for waiting in pending:
-            _write(conn, session.seal(waiting))
+            _write(conn, session.seal(waiting), link)
         return _NOTHING
     body = session.open(frame)
     if body is None:
@@ -218,14 +230,16 @@ def _wire_read(conn: TcpConnection) -> bool:
 def _wire_parse(conn: TcpConnection) -> Any:
     """pysyncobj's ``__processParseMessage`` with the frames above: the next
     message, or None when more bytes are needed or the connection was dropped."""
-    while conn.state != CONNECTION_STATE.DISCONNECTED:
+    while conn.state == CONNECTION_STATE.CONNECTED:
+        link = conn.raftq_link
+        if link is not None and link.closed:
+            return None
         buf = conn._TcpConnection__readBuffer
         if type(buf) is not bytearray:
             buf = conn._TcpConnection__readBuffer = bytearray(buf)
         if len(buf) < 4:
             return None
         (size,) = _LEN.unpack_from(buf)
-        link: _Link | None = conn.raftq_link
         cap = _max_frame if link is None or link.session.confirmed else HANDSHAKE_FRAME_BYTES
         if size == 0 or size > cap:
             _drop(conn, f"frame of {size} bytes (cap {cap})")
@@ -275,6 +289,12 @@ class LinkTransport(TCPTransport):
         start_link(conn, self._link_key, dialer=True)
         self._sendSelfAddress(conn)  # the greeting: sealed after the HELLOs
         self._onNodeConnected(self._connToNode(conn))
+
+    def _onDisconnected(self, conn: TcpConnection) -> None:  # noqa: N802
+        link: _Link | None = conn.raftq_link
+        if link is not None:
+            link.closed = True  # before pysyncobj may reconnect this conn
+        super()._onDisconnected(conn)
 
     def _onIncomingMessageReceived(self, conn: TcpConnection, message: Any) -> None:  # noqa: N802
         """The greeting (the wire allows no other first message): the address

@@ -64,10 +64,10 @@ def capture(conn: TcpConnection) -> list[bytes]:
     frames: list[bytes] = []
     real = wire._write
 
-    def spy(c: TcpConnection, frame: bytes) -> None:
-        if c is conn:
+    def spy(c: TcpConnection, frame: bytes, link: Any = None) -> None:
+        if c is conn and (link is None or (not link.closed and c.raftq_link is link)):
             frames.append(frame)
-        real(c, frame)
+        real(c, frame, link)
 
     wire._write = spy  # restored by the fixture below
     return frames
@@ -244,3 +244,28 @@ def test_before_key_confirmation_only_small_frames_are_read() -> None:
     d.conn._TcpConnection__trySendBuffer()
     pump(poller, lambda: not a.alive)
     assert not a.alive
+
+
+def test_frames_of_a_dropped_session_are_never_written() -> None:
+    # pysyncobj reconnects an outgoing connection on the same TcpConnection,
+    # sometimes from inside a write (a timeout found there): the rest of the
+    # old session (CONFIRM, queued messages) must not go out on the new
+    # socket ahead of its HELLO (seen once as "frame of 114111 bytes (cap 256)").
+    poller, d, a = link()
+    d.conn.send("127.0.0.1:7001")
+    pump(poller, lambda: len(a.got) == 1)
+    old = d.conn.raftq_link
+    old.closed = True  # what LinkTransport._onDisconnected does on a drop
+    before = len(a.got)
+    d.conn.send(HEARTBEAT)  # a send on the dropped session
+    wire._write(d.conn, old.session.seal(wire._body(HEARTBEAT)), old)  # a late flush
+    for _ in range(5):
+        poller.poll(0.02)
+    assert len(a.got) == before and a.alive
+    fresh = wire._Link(KEY, dialer=True)  # what the reconnect's start_link makes
+    old.closed = False
+    d.conn.raftq_link = fresh
+    wire._write(d.conn, old.session.seal(wire._body(HEARTBEAT)), old)  # stale session
+    for _ in range(5):
+        poller.poll(0.02)
+    assert len(a.got) == before and a.alive
