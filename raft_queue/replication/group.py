@@ -28,7 +28,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from pysyncobj import replicated
 from pysyncobj.syncobj import _RAFT_STATE, FAIL_REASON
 
 from raft_queue import errors
@@ -42,7 +41,7 @@ log = logging.getLogger(__name__)
 
 # One Raft entry carries at most this many submitted commands, and at most
 # this many bytes unless a single command is larger (a Send is bounded by
-# Limits.max_request_bytes): big entries cost a pickle and a zlib pass per
+# Limits.max_request_bytes): big entries cost an encoding and a seal per
 # follower in one piece, and every other group on the node waits meanwhile.
 MAX_COMMANDS_PER_ENTRY = 512
 MAX_ENTRY_BYTES = 4 << 20
@@ -82,6 +81,7 @@ class ReplicatedGroup(SafeSyncObj):
         dial: Callable[[str], str | None] = lambda a: None,
         fsync: bool = True,
         lease_quorum_s: float = 1.0,
+        link_key: bytes | None = None,
     ) -> None:
         self.key = key
         self._host = host
@@ -109,6 +109,7 @@ class ReplicatedGroup(SafeSyncObj):
             on_activity=lambda: host.mark_active(key),
             on_flush=lambda: host.mark_flush(key),
             node_factory=lambda addr: ProxiedNode(addr, dial(addr)),
+            link_key=link_key,
         )
         self._SyncObj__raftLog.on_failure = lambda: host.mark_active(key)
 
@@ -133,9 +134,8 @@ class ReplicatedGroup(SafeSyncObj):
         effects (driver thread); None if it cannot tell."""
         return None
 
-    @replicated
-    def apply_entry(self, data: bytes) -> Any:
-        """The only replicated method: its name is part of the wire format."""
+    def apply_regular(self, data: bytes) -> Any:
+        """A committed regular entry (raft.py; entries.py encodes it)."""
         index = self.raftLastApplied + 1
         if self.failed:
             raise ReplicaFailed(self.failed)
@@ -284,7 +284,7 @@ class ReplicatedGroup(SafeSyncObj):
             for fut, res, is_early in zip(futures, results, early, strict=True):
                 _resolve(fut, _as_early(res, False) if is_early else res)
 
-        self.apply_entry(payload, callback=done)
+        self.propose(payload, callback=done)
 
     def _idle(self) -> bool:
         """Leader with every log entry applied and nothing of ours in flight."""

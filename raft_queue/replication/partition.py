@@ -37,7 +37,7 @@ from raft_queue.replication import snapshot
 from raft_queue.replication.diskfiles import drop_page_cache
 from raft_queue.replication.group import Pending, ReplicatedGroup
 from raft_queue.replication.host import RaftHost
-from raft_queue.replication.raft import make_conf
+from raft_queue.replication.raft import bind_address_for, make_conf
 from raft_queue.replication.standing import StandingLeases
 from raft_queue.storage.lmdb_store import LmdbStore
 
@@ -109,6 +109,8 @@ class PartitionReplica(ReplicatedGroup):
         log_compaction_min_entries: int = 20000,
         durability: str = "",
         preferred: bool | None = None,
+        bind_host: str | None = None,
+        link_key: bytes | None = None,
     ) -> None:
         os.makedirs(data_dir, mode=0o700, exist_ok=True)  # private: docs/security.md
         self.durability = durability or ("fsync" if fsync else "quorum")
@@ -134,6 +136,7 @@ class PartitionReplica(ReplicatedGroup):
             election_timeout_min_s=election_timeout_s[0],
             election_timeout_max_s=election_timeout_s[1],
             heartbeat_s=heartbeat_s,
+            bind_address=bind_address_for(bind_host, self_address),
             serializer=self._serialize,
             deserializer=self._deserialize,
             log_compaction_min_entries=log_compaction_min_entries,
@@ -145,6 +148,7 @@ class PartitionReplica(ReplicatedGroup):
             peers,
             conf,
             dial=dial,
+            link_key=link_key,
             fsync=fsync,
             lease_quorum_s=election_timeout_s[0],
         )

@@ -30,10 +30,12 @@ from raft_queue.config import NodeConfig
 from raft_queue.core import metadata as meta
 from raft_queue.core.commands import Configure
 from raft_queue.observability import metrics
+from raft_queue.replication import wire
 from raft_queue.replication.host import RaftHost
 from raft_queue.replication.metadata import MetadataReplica
 from raft_queue.replication.partition import PartitionReplica
 from raft_queue.replication.raft import check_version
+from raft_queue.security.secret import RAFT_LINK, derive_key
 from raft_queue.server.controllers import load_role
 from raft_queue.server.convert import partition_config
 from raft_queue.server.disk import DiskHealth
@@ -76,6 +78,9 @@ class Node:
         self.config = config
         # The cluster secret (security/secret.py); None only with security.insecure.
         self.secret = secret
+        # Raft links prove the secret and seal frames with this (wire.py).
+        self.raft_link_key = derive_key(secret, RAFT_LINK) if secret is not None else None
+        wire.set_max_request_bytes(config.limits.max_request_bytes)
         self.id = config.node_id
         self.address = config.advertise_address or f"{config.grpc_host}:{config.grpc_port}"
         self._dial = dial
@@ -129,6 +134,8 @@ class Node:
             heartbeat_s=self.config.raft.heartbeat_period_s,
             dial=self._dial,
             on_change=self._on_metadata_change,
+            bind_host=self.config.raft_host,
+            link_key=self.raft_link_key,
         )
         replica.on_failed = self.disk.replica_failed
         # Assigned before the host drives it: replay may apply committed entries
@@ -437,6 +444,8 @@ class Node:
             durability=durability,
             log_compaction_min_entries=self.config.raft.log_compaction_min_entries,
             preferred=self._is_preferred(key),
+            bind_host=self.config.raft_host,
+            link_key=self.raft_link_key,
         )
         replica.on_wake = self.wakeups.hook((key.queue, key.partition))
         replica.set_probe(metrics.probe_for(key.queue, key.partition))
