@@ -86,6 +86,11 @@ class Internal(QueueError):
     """A bug or an unexpected library failure; logged with its traceback."""
 
 
+class OldEntryFormat(Internal):
+    """A Raft entry or journal in another entry format (a pickle from before
+    entry format 2, replication/entries.py): refused, never unpickled."""
+
+
 class VersionMismatch(QueueError):
     """A dependency is not the exact version our fixes depend on."""
 

@@ -35,8 +35,7 @@ _VER = struct.Struct(">I")
 MAX_ADDRESS_BYTES = 1024
 
 
-class OldEntryFormat(errors.Internal):
-    """A Raft entry in another entry format (a pickle from before format 2)."""
+OldEntryFormat = errors.OldEntryFormat
 
 
 def regular(payload: bytes) -> bytes:

@@ -35,6 +35,7 @@ EXPECTED_CODES = {
     errors.Unauthenticated: C.UNAUTHENTICATED,
     errors.ResourceExhausted: C.RESOURCE_EXHAUSTED,
     errors.Internal: C.INTERNAL,
+    errors.OldEntryFormat: C.INTERNAL,
     errors.VersionMismatch: C.FAILED_PRECONDITION,
     errors.Unauthenticated: C.UNAUTHENTICATED,
     errors.PermissionDenied: C.PERMISSION_DENIED,
