@@ -26,6 +26,7 @@ from raft_queue.client.errors import from_rpc_error
 from raft_queue.client.partitioner import RoundRobin
 from raft_queue.client.retry import Backoff, Retrier
 from raft_queue.client.routing import CHANNEL_OPTIONS, AnyNode, Router
+from raft_queue.client.tls import ClientTls, aio_factory
 from raft_queue.errors import QueueError
 
 T = TypeVar("T")
@@ -45,8 +46,14 @@ class AsyncClient(Surface):
         retries: int = 5,
         *,
         backoff: Backoff | None = None,
+        tls: bool = False,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
     ) -> None:
-        self._router = Router(parse_bootstrap(bootstrap), channel_factory=aio_channel)
+        # TLS arguments as Client's (client/tls.py).
+        factory = aio_factory(ClientTls.of(tls, ca_file, cert_file, key_file))
+        self._router = Router(parse_bootstrap(bootstrap), channel_factory=factory)
         self._retrier = Retrier(retries, timeout_s, backoff)
         self._round_robin = RoundRobin()
 

@@ -44,6 +44,7 @@ from raft_queue.client.redrive import RedriveProgress, redrive
 from raft_queue.client.retry import Backoff, Retrier
 from raft_queue.client.routing import AnyNode, Router
 from raft_queue.client.subscription import Subscription
+from raft_queue.client.tls import ClientTls, sync_factory
 from raft_queue.errors import InvalidArgument, QueueError
 
 T = TypeVar("T")
@@ -242,6 +243,9 @@ class Client(Surface):
     accepts any request. ``timeout_s`` bounds each method including its
     retries (long polls add their wait); ``retries`` bounds the retries.
     ``backoff`` and ``sleep`` tune or replace the waits between retries.
+    ``tls=True``: connect over TLS, checking the nodes against ``ca_file``
+    (PEM; default: the system roots); ``cert_file`` + ``key_file``: this
+    client's certificate, for nodes that require one (docs/security.md).
     """
 
     def __init__(
@@ -252,8 +256,13 @@ class Client(Surface):
         *,
         backoff: Backoff | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        tls: bool = False,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
     ) -> None:
-        self._router = Router(parse_bootstrap(bootstrap))
+        factory = sync_factory(ClientTls.of(tls, ca_file, cert_file, key_file))
+        self._router = Router(parse_bootstrap(bootstrap), channel_factory=factory)
         self._retrier = Retrier(retries, timeout_s, backoff, sleep=sleep)
         self._round_robin = RoundRobin()
 

@@ -33,6 +33,7 @@ from raft_queue.server.node import Node
 from raft_queue.server.operations import Operations
 from raft_queue.server.peers import CHANNEL_OPTIONS, Peers
 from raft_queue.server.queue_service import QueueService
+from raft_queue.server.tls import NodeTls
 
 log = logging.getLogger("raft_queue.node")
 
@@ -78,9 +79,10 @@ async def serve(config: config_mod.NodeConfig) -> None:
             "security.insecure = true: Raft links and node-to-node RPCs are NOT "
             "authenticated; anyone who reaches this node's ports can join or read it"
         )
+    tls = NodeTls(config.tls)  # reads and checks the [tls] files before anything starts
     node = Node(config, dial=dial, secret=secret)
     await loop.run_in_executor(None, node.start, loop)
-    cluster = Cluster(node, Peers(dial))
+    cluster = Cluster(node, Peers(dial, tls.channel_credentials()))
     server = grpc.aio.server(options=CHANNEL_OPTIONS)
     queue_service = QueueService(cluster)
     queue_pb2_grpc.add_QueueServiceServicer_to_server(queue_service, server)
@@ -97,7 +99,7 @@ async def serve(config: config_mod.NodeConfig) -> None:
         reflection.SERVICE_NAME,
     )
     reflection.enable_server_reflection(names, server)
-    server.add_insecure_port(f"{config.grpc_host}:{config.grpc_port}")
+    tls.add_port(server, f"{config.grpc_host}:{config.grpc_port}")  # TLS only, when [tls] is on
     await server.start()
     for name in ("", *names[:2]):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -112,7 +114,7 @@ async def serve(config: config_mod.NodeConfig) -> None:
     # not a voter, or added or removed as one (server/controllers.py).
     tasks.append(asyncio.create_task(follow_metadata(cluster)))
     tune_gc()
-    log.info("node %s serving gRPC on %s", node.id, node.address)
+    log.info("node %s serving gRPC%s on %s", node.id, " (TLS)" if tls.enabled else "", node.address)
     print(f"raftq node {node.id} ready on {node.address}", flush=True)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 PORT_BLOCK = 100  # raft ports per node for partition replicas
+CLIENT_PRINCIPAL = "admin"  # whom the client certificate of a TLS cluster names
 
 
 def free_port() -> int:
@@ -93,6 +94,12 @@ class LocalCluster:
     # [security] section beyond the cluster secret, which every LocalCluster
     # generates once (base_dir/cluster.secret) and hands to its nodes.
     security: dict[str, Any] = field(default_factory=dict)
+    # tls=True: a CA and one certificate per node (and one for the client,
+    # principal "admin") in base_dir/tls, nodes serve gRPC over TLS only and
+    # client() connects over TLS. tls_options: more [tls] keys, e.g.
+    # {"require_client_cert": True} (then client() presents its certificate).
+    tls: bool = False
+    tls_options: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     quiet: bool = True
     port_block: int = PORT_BLOCK  # raft ports per node for partition replicas
@@ -136,10 +143,36 @@ class LocalCluster:
     def secret_path(self) -> Path:
         return self.base_dir / "cluster.secret"
 
+    @property
+    def tls_dir(self) -> Path:
+        return self.base_dir / "tls"
+
+    def client_options(self) -> dict[str, Any]:
+        """The TLS keyword arguments of Client / AsyncClient for this cluster ({} if off)."""
+        if not self.tls:
+            return {}
+        opts: dict[str, Any] = {"tls": True, "ca_file": str(self.tls_dir / "ca.pem")}
+        if self.tls_options.get("require_client_cert"):
+            opts["cert_file"] = str(self.tls_dir / f"{CLIENT_PRINCIPAL}.pem")
+            opts["key_file"] = str(self.tls_dir / f"{CLIENT_PRINCIPAL}.key")
+        return opts
+
+    def _tls_section(self, node_id: str) -> list[str]:
+        if not self.tls:
+            return []
+        d = self.tls_dir
+        keys = {"cert_file": str(d / f"{node_id}.pem"), "key_file": str(d / f"{node_id}.key"),
+                "ca_file": str(d / "ca.pem"), **self.tls_options}  # fmt: skip
+        return ["", "[tls]", *(f"{k} = {_toml(v)}" for k, v in keys.items())]
+
     def write_configs(self) -> None:
         from raft_queue.security.secret import generate_secret_file
 
         generate_secret_file(self.secret_path)
+        if self.tls:
+            from raft_queue.security.tls import write_dev_tls
+
+            write_dev_tls(self.tls_dir, [s.node_id for s in self.specs], (CLIENT_PRINCIPAL,))
         security = {"cluster_secret_file": str(self.secret_path), **self.security}
         voters = [s for s in self.specs if s.controller]
         controllers = [f'"{s.node_id}=127.0.0.1:{s.metadata_port}"' for s in voters]
@@ -172,6 +205,7 @@ class LocalCluster:
                 "",
                 "[security]",
                 *(f"{k} = {_toml(v)}" for k, v in security.items()),
+                *self._tls_section(s.node_id),
             ]
             s.config_path.write_text("\n".join(lines) + "\n")
 
@@ -265,7 +299,7 @@ class LocalCluster:
     def client(self, **kwargs: Any) -> Any:
         from raft_queue.client import Client
 
-        return Client(bootstrap=self.bootstrap, **kwargs)
+        return Client(bootstrap=self.bootstrap, **{**self.client_options(), **kwargs})
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         """Until every running node is registered and answers ClusterStatus."""
@@ -274,7 +308,7 @@ class LocalCluster:
         deadline = time.monotonic() + timeout_s
         want = {self.specs[i].node_id for i in self.procs}
         last: Exception | None = None
-        with Client(bootstrap=self.bootstrap, timeout_s=3.0, retries=0) as client:
+        with Client(self.bootstrap, timeout_s=3.0, retries=0, **self.client_options()) as client:
             while time.monotonic() < deadline:
                 for i, proc in self.procs.items():
                     if proc.poll() is not None:

@@ -68,6 +68,37 @@ def positive_int(opts: Mapping[str, str], name: str, default: int | None = None)
 
 
 @dataclass(frozen=True, slots=True)
+class TlsOptions:
+    """Options ``tls``, ``caFile``, ``certFile``, ``keyFile`` (else $RAFTQ_TLS,
+    $RAFTQ_CA_FILE, ... on the driver). The files are read where the client is
+    made, on the driver and on every executor: they must exist there at the
+    same path, as Kafka's ``ssl.truststore.location``."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    def client_kwargs(self) -> dict[str, object]:
+        return {"tls": True, "ca_file": self.ca_file, "cert_file": self.cert_file,
+                "key_file": self.key_file}  # fmt: skip
+
+
+def tls_of(opts: Mapping[str, str]) -> TlsOptions | None:
+    """TLS options of a read or write; None for plaintext. A file implies ``tls``."""
+    env = {"tls": "RAFTQ_TLS", "cafile": "RAFTQ_CA_FILE", "certfile": "RAFTQ_CERT_FILE",
+           "keyfile": "RAFTQ_KEY_FILE"}  # fmt: skip
+    given = {k: str(opts.get(k) or os.environ.get(v) or "").strip() for k, v in env.items()}
+    raw = given["tls"].lower()
+    if raw not in ("", "true", "false", "1", "0"):
+        raise OptionError(f"raftq: option tls must be true or false, got {raw!r}")
+    if raw in ("false", "0") or not any(given.values()):
+        return None
+    if bool(given["certfile"]) != bool(given["keyfile"]):
+        raise OptionError("raftq: options certFile and keyFile go together")
+    return TlsOptions(given["cafile"] or None, given["certfile"] or None, given["keyfile"] or None)
+
+
+@dataclass(frozen=True, slots=True)
 class SourceOptions:
     """What a read needs: where, which queues, which offsets, and how to emit rows."""
 
@@ -82,6 +113,7 @@ class SourceOptions:
     min_partitions: int | None
     max_offsets_per_trigger: int | None
     fetch_size: int
+    tls: TlsOptions | None = None
 
 
 def source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
@@ -119,6 +151,7 @@ def source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions
         min_partitions=positive_int(opts, "minPartitions"),
         max_offsets_per_trigger=positive_int(opts, "maxOffsetsPerTrigger"),
         fetch_size=min(positive_int(opts, "fetchSize", 5000) or 5000, MAX_FETCH),
+        tls=tls_of(opts),
     )
 
 
@@ -157,6 +190,7 @@ class SinkOptions:
     sink_id: str | None
     batch_id: str | None
     checkpoint: str | None
+    tls: TlsOptions | None = None
 
 
 def sink_options(options: Mapping[str, str]) -> SinkOptions:
@@ -176,4 +210,5 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
         sink_id=sink_id,
         batch_id=batch_id,
         checkpoint=opts.get("checkpointlocation"),
+        tls=tls_of(opts),
     )
