@@ -126,7 +126,7 @@ def _cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.Com
     )
 
 
-def test_cli_with_tls_env_sends_receives_and_reads_through_a_follower(
+def test_cli_with_tls_env_sends_receives_and_reads(
     tls_cluster: LocalCluster,
 ) -> None:
     _, other = _queue(tls_cluster, "cli")
