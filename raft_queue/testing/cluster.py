@@ -303,12 +303,10 @@ class LocalCluster:
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         """Until every running node is registered and answers ClusterStatus."""
-        from raft_queue.client import Client
-
         deadline = time.monotonic() + timeout_s
         want = {self.specs[i].node_id for i in self.procs}
         last: Exception | None = None
-        with Client(self.bootstrap, timeout_s=3.0, retries=0, **self.client_options()) as client:
+        with self.client(timeout_s=3.0, retries=0) as client:
             while time.monotonic() < deadline:
                 for i, proc in self.procs.items():
                     if proc.poll() is not None:
