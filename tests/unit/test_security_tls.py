@@ -181,3 +181,28 @@ def test_cli_tls_arguments_files_imply_tls_and_no_tls_wins() -> None:
         "tls": True, "ca_file": None, "cert_file": None, "key_file": None
     }  # fmt: skip
     assert tls_arguments(False, "ca.pem", None, None) == {}
+
+
+def test_dev_up_exports_name_the_cluster_tls_files(tmp_path: Path) -> None:
+    from raft_queue.cli.dev import tls_exports
+    from raft_queue.testing.cluster import LocalCluster
+
+    assert tls_exports(LocalCluster(tmp_path / "plain", nodes=1, base_port=20000)) == []
+    tls = LocalCluster(tmp_path / "tls", nodes=1, base_port=20000, tls=True)
+    assert tls_exports(tls) == [
+        "RAFTQ_TLS=1",
+        f"RAFTQ_CA_FILE={tmp_path / 'tls' / 'tls' / 'ca.pem'}",
+    ]
+    mtls = LocalCluster(
+        tmp_path / "m",
+        nodes=1,
+        base_port=20000,
+        tls=True,
+        tls_options={"require_client_cert": True},
+    )
+    names = [line.split("=")[0] for line in tls_exports(mtls)]
+    assert names == ["RAFTQ_TLS", "RAFTQ_CA_FILE", "RAFTQ_CERT_FILE", "RAFTQ_KEY_FILE"]
+    mtls.write_configs()  # the node config names the files the exports point at
+    text = (tmp_path / "m" / "n1" / "node.toml").read_text()
+    assert "[tls]" in text and "require_client_cert = true" in text
+    assert (tmp_path / "m" / "tls" / "admin.pem").exists()
