@@ -296,6 +296,40 @@ class StorageConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """``[tls]``: serve gRPC only over TLS, and dial other nodes over TLS.
+
+    All empty = plaintext gRPC. ``cert_file`` + ``key_file`` (PEM) turn TLS
+    on; ``ca_file`` (PEM) is the CA that other nodes' certificates are
+    checked against when this node dials them (empty: the system roots), and
+    that client certificates are checked against. ``require_client_cert``
+    makes it mutual TLS: a client without a certificate signed by ``ca_file``
+    is refused, and this node presents its own certificate when it dials
+    another node. The files are read once, at start (docs/security.md).
+    """
+
+    cert_file: str = ""
+    key_file: str = ""
+    ca_file: str = ""
+    require_client_cert: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.require_client_cert, bool):
+            raise ConfigError("tls.require_client_cert", "must be true or false")
+        if bool(self.cert_file) != bool(self.key_file):
+            missing = "key_file" if self.cert_file else "cert_file"
+            raise ConfigError(f"tls.{missing}", "cert_file and key_file go together")
+        if self.ca_file and not self.cert_file:
+            raise ConfigError("tls.cert_file", "ca_file is set but TLS is off (no cert_file)")
+        if self.require_client_cert and not self.ca_file:
+            raise ConfigError("tls.ca_file", "require_client_cert needs the CA to check them")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.cert_file)
+
+
+@dataclass(frozen=True, slots=True)
 class NodeConfig:
     """One node process. See configs/local-3node.toml for each field's meaning."""
 
@@ -327,6 +361,7 @@ class NodeConfig:
     # partition where known; raft_queue/observability/logs.py).
     log_format: str = "text"
     storage: StorageConfig = field(default_factory=StorageConfig)
+    tls: TlsConfig = field(default_factory=TlsConfig)
 
     def __post_init__(self) -> None:
         check_name("node_id", self.node_id, error=ConfigError)

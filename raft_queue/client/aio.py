@@ -27,6 +27,7 @@ from raft_queue.client.errors import from_rpc_error
 from raft_queue.client.partitioner import RoundRobin
 from raft_queue.client.retry import Backoff, Retrier
 from raft_queue.client.routing import CHANNEL_OPTIONS, AnyNode, Router
+from raft_queue.client.tls import ClientTls, aio_factory
 from raft_queue.errors import QueueError
 
 T = TypeVar("T")
@@ -47,8 +48,14 @@ class AsyncClient(Surface):
         *,
         backoff: Backoff | None = None,
         token: str | None = None,
+        tls: bool = False,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
     ) -> None:
-        self._router = Router(parse_bootstrap(bootstrap), channel_factory=aio_channel)
+        # TLS arguments as Client's (client/tls.py).
+        factory = aio_factory(ClientTls.of(tls, ca_file, cert_file, key_file))
+        self._router = Router(parse_bootstrap(bootstrap), channel_factory=factory)
         self._router.metadata = call_metadata(resolve_token(token))
         self._retrier = Retrier(retries, timeout_s, backoff)
         self._round_robin = RoundRobin()

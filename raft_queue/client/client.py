@@ -45,6 +45,7 @@ from raft_queue.client.redrive import RedriveProgress, redrive
 from raft_queue.client.retry import Backoff, Retrier
 from raft_queue.client.routing import AnyNode, Router
 from raft_queue.client.subscription import Subscription
+from raft_queue.client.tls import ClientTls, sync_factory
 from raft_queue.errors import InvalidArgument, QueueError
 
 T = TypeVar("T")
@@ -255,6 +256,9 @@ class Client(Surface):
     ``token``: the bearer token every call carries; None looks in
     ``$RAFTQ_TOKEN``, then the profile file (client/credentials.py); ``""``
     sends none (a node with ``[security] insecure = true``).
+    ``tls=True``: connect over TLS, checking the nodes against ``ca_file``
+    (PEM; default: the system roots); ``cert_file`` + ``key_file``: this
+    client's certificate, for nodes that require one (docs/security.md).
     """
 
     def __init__(
@@ -266,8 +270,13 @@ class Client(Surface):
         backoff: Backoff | None = None,
         sleep: Callable[[float], None] = time.sleep,
         token: str | None = None,
+        tls: bool = False,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
     ) -> None:
-        self._router = Router(parse_bootstrap(bootstrap))
+        factory = sync_factory(ClientTls.of(tls, ca_file, cert_file, key_file))
+        self._router = Router(parse_bootstrap(bootstrap), channel_factory=factory)
         # token=, else $RAFTQ_TOKEN, else the profile file (client/credentials.py)
         self._router.metadata = call_metadata(resolve_token(token))
         self._retrier = Retrier(retries, timeout_s, backoff, sleep=sleep)

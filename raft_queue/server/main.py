@@ -48,6 +48,7 @@ from raft_queue.server.node_service import NodeService, registration_loop
 from raft_queue.server.operations import Operations
 from raft_queue.server.peers import CHANNEL_OPTIONS, Peers
 from raft_queue.server.queue_service import QueueService
+from raft_queue.server.tls import NodeTls
 
 log = logging.getLogger("raft_queue.node")
 
@@ -94,9 +95,11 @@ async def serve(config: config_mod.NodeConfig) -> None:
             "authenticated; anyone who reaches this node's ports can join or read it"
         )
     private_files(config.data_dir)  # umask 077, data dir 0700 (security/files.py)
+    tls = NodeTls(config.tls)  # reads and checks the [tls] files before anything starts
     node = Node(config, dial=dial, secret=secret)
     await loop.run_in_executor(None, node.start, loop)
-    cluster = Cluster(node, Peers(dial, signer=door.node_signer(secret, node.id)))
+    signer = door.node_signer(secret, node.id)
+    cluster = Cluster(node, Peers(dial, signer=signer, credentials=tls.channel_credentials()))
     observe = NodeObservability(config)
     tokens = door_for(node)
     # Outermost first: metrics see every answer, the doors' refusals included;
@@ -120,7 +123,7 @@ async def serve(config: config_mod.NodeConfig) -> None:
         health.SERVICE_NAME,
     )
     door.maybe_reflection(config.api, server, names)
-    server.add_insecure_port(f"{config.grpc_host}:{config.grpc_port}")
+    tls.add_port(server, f"{config.grpc_host}:{config.grpc_port}")  # TLS only, when [tls] is on
     await server.start()
     # Health per service follows readiness from here on (observability/health.py).
     await observe.start(cluster, liveness, node_service, health_servicer, (names[0], names[1]))
@@ -135,7 +138,8 @@ async def serve(config: config_mod.NodeConfig) -> None:
     # not a voter, or added or removed as one (server/controllers.py).
     tasks.append(asyncio.create_task(follow_metadata(cluster)))
     tune_gc()
-    log.info("node %s serving gRPC on %s", node.id, node.address)
+    secure = " (TLS)" if tls.enabled else ""
+    log.info("node %s serving gRPC%s on %s", node.id, secure, node.address)
     page = f"; status page http://{observe.address}/" if observe.address else ""
     print(f"raftq node {node.id} ready on {node.address}{page}", flush=True)
     stop = asyncio.Event()

@@ -63,6 +63,7 @@ class Peers:
         dial: Callable[[str], str | None] = lambda a: None,
         signer: NodeSigner | None = None,
         clock: Callable[[], float] = time.time,
+        credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._dial = dial
@@ -71,12 +72,24 @@ class Peers:
         self._clock = clock
         self._nodes: dict[str, NodeStub] = {}
         self._forwards: dict[tuple[str, str], SignedCall] = {}
+        # TLS (server/tls.py) when the node's [tls] is on: every call below
+        # then checks the other node's certificate against the cluster CA.
+        self._credentials = credentials
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         ch = self._channels.get(address)
         if ch is None:
             target = self._dial(address) or address
-            ch = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+            if self._credentials is None:
+                ch = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+            else:
+                options: list[tuple[str, Any]] = list(CHANNEL_OPTIONS)
+                if target != address:
+                    # Through a fault proxy, still check the certificate of
+                    # the node we mean to reach, not the proxy's address.
+                    host = address.rpartition(":")[0].strip("[]")
+                    options.append(("grpc.ssl_target_name_override", host))
+                ch = grpc.aio.secure_channel(target, self._credentials, options=options)
             self._channels[address] = ch
         return ch
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 PORT_BLOCK = 100  # raft ports per node for partition replicas
+CLIENT_PRINCIPAL = "admin"  # whom the client certificate of a TLS cluster names
 
 
 # Ports for test clusters come from [PORT_LO, PORT_HI), below the kernel's
@@ -173,6 +174,12 @@ class LocalCluster:
     security: dict[str, Any] = field(default_factory=dict)
     # [api] section (ApiConfig): e.g. reflection = True
     api: dict[str, Any] = field(default_factory=dict)
+    # tls=True: a CA and one certificate per node (and one for the client,
+    # principal "admin") in base_dir/tls, nodes serve gRPC over TLS only and
+    # client() connects over TLS. tls_options: more [tls] keys, e.g.
+    # {"require_client_cert": True} (then client() presents its certificate).
+    tls: bool = False
+    tls_options: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     # [storage] section (StorageConfig): e.g. a free-space watermark in disk tests
     storage: dict[str, Any] = field(default_factory=dict)
@@ -244,11 +251,37 @@ class LocalCluster:
 
         return write_admin_token(self.base_dir / "admin.token", self.base_dir / "admin.tokens")
 
+    @property
+    def tls_dir(self) -> Path:
+        return self.base_dir / "tls"
+
+    def client_options(self) -> dict[str, Any]:
+        """The TLS keyword arguments of Client / AsyncClient for this cluster ({} if off)."""
+        if not self.tls:
+            return {}
+        opts: dict[str, Any] = {"tls": True, "ca_file": str(self.tls_dir / "ca.pem")}
+        if self.tls_options.get("require_client_cert"):
+            opts["cert_file"] = str(self.tls_dir / f"{CLIENT_PRINCIPAL}.pem")
+            opts["key_file"] = str(self.tls_dir / f"{CLIENT_PRINCIPAL}.key")
+        return opts
+
+    def _tls_section(self, node_id: str) -> list[str]:
+        if not self.tls:
+            return []
+        d = self.tls_dir
+        keys = {"cert_file": str(d / f"{node_id}.pem"), "key_file": str(d / f"{node_id}.key"),
+                "ca_file": str(d / "ca.pem"), **self.tls_options}  # fmt: skip
+        return ["", "[tls]", *(f"{k} = {_toml(v)}" for k, v in keys.items())]
+
     def write_configs(self) -> None:
         from raft_queue.security.secret import generate_secret_file
 
         generate_secret_file(self.secret_path)
         self.token  # noqa: B018 (makes admin.token and admin.tokens once)
+        if self.tls:
+            from raft_queue.security.tls import write_dev_tls
+
+            write_dev_tls(self.tls_dir, [s.node_id for s in self.specs], (CLIENT_PRINCIPAL,))
         security = {
             "cluster_secret_file": str(self.secret_path),
             "admin_tokens_file": str(self.base_dir / "admin.tokens"),
@@ -298,6 +331,7 @@ class LocalCluster:
                 *(f"{k} = {_toml(v)}" for k, v in metrics.items()),
                 *(["", "[health]"] if self.health else []),
                 *(f"{k} = {_toml(v)}" for k, v in self.health.items()),
+                *self._tls_section(s.node_id),
             ]
             _private_write(s.config_path, "\n".join(lines) + "\n")
 
@@ -397,16 +431,16 @@ class LocalCluster:
     def client(self, **kwargs: Any) -> Any:
         from raft_queue.client import Client
 
-        return Client(bootstrap=self.bootstrap, **{"token": self.token, **kwargs})
+        return Client(
+            bootstrap=self.bootstrap, **{"token": self.token, **self.client_options(), **kwargs}
+        )
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         """Until every running node is registered and answers ClusterStatus."""
-        from raft_queue.client import Client
-
         deadline = time.monotonic() + timeout_s
         want = {self.specs[i].node_id for i in self.procs}
         last: Exception | None = None
-        with Client(bootstrap=self.bootstrap, timeout_s=3.0, retries=0, token=self.token) as client:
+        with self.client(timeout_s=3.0, retries=0) as client:
             while time.monotonic() < deadline:
                 for i, proc in self.procs.items():
                     if proc.poll() is not None:

@@ -69,3 +69,22 @@ def test_token_option_wins_over_the_driver_environment_and_stays_out_of_repr(
     assert sink_options({"queue": "q"}).token == "rqt_from_env"
     monkeypatch.delenv("RAFTQ_TOKEN")
     assert sink_options({"queue": "q"}).token is None
+
+
+def test_tls_options_and_their_environment_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("RAFTQ_TLS", "RAFTQ_CA_FILE", "RAFTQ_CERT_FILE", "RAFTQ_KEY_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    assert source_options({"queue": "q"}, streaming=False).tls is None
+    tls = source_options({"queue": "q", "tls": "true", "caFile": "/ca.pem"}, False).tls
+    assert tls is not None and tls.client_kwargs() == {
+        "tls": True, "ca_file": "/ca.pem", "cert_file": None, "key_file": None
+    }  # fmt: skip
+    assert sink_options({"caFile": "/ca.pem"}).tls is not None  # a file implies tls
+    monkeypatch.setenv("RAFTQ_CA_FILE", "/env-ca.pem")
+    from_env = sink_options({})
+    assert from_env.tls is not None and from_env.tls.ca_file == "/env-ca.pem"
+    assert sink_options({"tls": "false"}).tls is None
+    with pytest.raises(OptionError, match="tls must be true or false"):
+        source_options({"queue": "q", "tls": "maybe"}, streaming=False)
+    with pytest.raises(OptionError, match="certFile and keyFile go together"):
+        sink_options({"certFile": "/c.pem"})
