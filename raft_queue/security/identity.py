@@ -80,6 +80,7 @@ class Authenticator:
         self._admin_hashes = admin_hashes
         self._secret = secret
         self._insecure = insecure
+        self.insecure = insecure
         self._cache: dict[str, tuple[int, Identity]] = {}
         self._by_hash: dict[str, str] = {}
         self._by_hash_version = -1

@@ -100,8 +100,9 @@ async def serve(config: config_mod.NodeConfig) -> None:
     await loop.run_in_executor(None, node.start, loop)
     signer = door.node_signer(secret, node.id)
     cluster = Cluster(node, Peers(dial, signer=signer, credentials=tls.channel_credentials()))
-    observe = NodeObservability(config)
     tokens = door_for(node)
+    # The status page asks the same door: an admin token, or open when insecure.
+    observe = NodeObservability(config, authorize=tokens.page_authorizer())
     # Outermost first: metrics see every answer, the doors' refusals included;
     # node identity before tokens, so a node's own forwarded work (signed, no
     # token) is known as that node when the token door looks.

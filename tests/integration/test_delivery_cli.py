@@ -93,7 +93,8 @@ def test_long_delays_round_trip_from_the_command_line(raftq, cluster: LocalClust
     assert raftq("receive", "long", "--wait", "0.5", "--json") == []
     assert raftq("queue", "describe", "long", "--json")["delayed"] == 1
     runner = CliRunner()
-    over = ["--server", cluster.bootstrap, "send", "long", "x", "--delay", "3654d"]
+    over = ["--server", cluster.bootstrap, "--token", cluster.token, "send", "long", "x"]
+    over += ["--delay", "3654d"]
     result = runner.invoke(main, over)
     assert result.exit_code == 1 and "3653 days" in result.output, result.output
     bad = runner.invoke(main, ["--server", cluster.bootstrap, "send", "long", "x", "--delay", "1y"])

@@ -201,7 +201,7 @@ def test_raftq_top_renders_a_frame_from_real_status(cluster: LocalCluster) -> No
     client.send_batch("watched", [b"w"] * 7)
     result = CliRunner().invoke(
         main, ["top", "--once", "--interval", "0.2", "--url", cluster.metrics_urls[1]],
-        env={"COLUMNS": "160"},
+        env={"COLUMNS": "160", "RAFTQ_TOKEN": cluster.token},
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     out = result.output

@@ -84,7 +84,8 @@ def _forwarded_send(c: LocalCluster, address: str, queue: str, body: bytes) -> N
     with _channel(c, address) as ch:
         entry = queue_pb2.SendEntry(body=body, partition=0)
         req = queue_pb2.SendRequest(queue=queue, entries=[entry], request_id=os.urandom(16))
-        queue_pb2_grpc.QueueServiceStub(ch).Send(req, timeout=10)
+        auth = (("authorization", f"Bearer {c.token}"),)
+        queue_pb2_grpc.QueueServiceStub(ch).Send(req, timeout=10, metadata=auth)
 
 
 def test_sdk_sends_receives_and_reads_over_tls(tls_cluster: LocalCluster) -> None:
@@ -101,7 +102,9 @@ def test_asyncio_client_over_tls(tls_cluster: LocalCluster) -> None:
     _queue(tls_cluster, "aio")
 
     async def run() -> list[bytes]:
-        async with AsyncClient(tls_cluster.bootstrap, **tls_cluster.client_options()) as c:
+        async with AsyncClient(
+            tls_cluster.bootstrap, token=tls_cluster.token, **tls_cluster.client_options()
+        ) as c:
             await c.send("aio", b"async tls")
             return [m.body for m in await c.receive("aio", max_messages=1, wait_ms=5000)]
 
@@ -111,7 +114,8 @@ def test_asyncio_client_over_tls(tls_cluster: LocalCluster) -> None:
 def test_a_non_leader_forwards_over_tls(tls_cluster: LocalCluster) -> None:
     leader, other = _queue(tls_cluster, "fwd")
     _forwarded_send(tls_cluster, other, "fwd", b"via a follower")
-    with Client(other, **tls_cluster.client_options()) as client:  # receive forwarded too
+    opts = {"token": tls_cluster.token, **tls_cluster.client_options()}
+    with Client(other, **opts) as client:  # receive forwarded too
         got = client.receive("fwd", max_messages=1, wait_ms=5000)
     assert [m.body for m in got] == [b"via a follower"]
 
@@ -130,7 +134,7 @@ def test_cli_with_tls_env_sends_receives_and_reads(
     tls_cluster: LocalCluster,
 ) -> None:
     _, other = _queue(tls_cluster, "cli")
-    env = {"RAFTQ_SERVER": other, "RAFTQ_TLS": "1"}
+    env = {"RAFTQ_SERVER": other, "RAFTQ_TLS": "1", "RAFTQ_TOKEN": tls_cluster.token}
     env["RAFTQ_CA_FILE"] = tls_cluster.client_options()["ca_file"]
     sent = _cli(env, "send", "cli", "from-the-cli")
     assert sent.returncode == 0, sent.stderr
@@ -138,14 +142,23 @@ def test_cli_with_tls_env_sends_receives_and_reads(
     assert read.returncode == 0 and "from-the-cli" in read.stdout, read.stderr
     got = _cli(env, "receive", "cli", "--wait", "5", "--json")
     assert got.returncode == 0 and "from-the-cli" in got.stdout, got.stderr
-    plain = _cli({"RAFTQ_SERVER": other}, "--timeout", "3", "send", "cli", "plain")
+    plain = _cli(
+        {"RAFTQ_SERVER": other, "RAFTQ_TOKEN": tls_cluster.token},
+        "--timeout",
+        "3",
+        "send",
+        "cli",
+        "plain",
+    )
     assert plain.returncode == 1 and "Traceback" not in plain.stderr
     assert _latest(tls_cluster, "cli") == 1
 
 
 def test_a_plaintext_client_is_refused_and_writes_nothing(tls_cluster: LocalCluster) -> None:
     leader, _ = _queue(tls_cluster, "plain")
-    with Client(leader, timeout_s=3, retries=0) as client, pytest.raises(QueueError):
+    # With the token: TLS, not authentication, is what refuses it.
+    token = tls_cluster.token
+    with Client(leader, timeout_s=3, retries=0, token=token) as client, pytest.raises(QueueError):
         client.send("plain", b"in the clear")
     with grpc.insecure_channel(leader) as ch, pytest.raises(grpc.RpcError) as err:
         entry = queue_pb2.SendEntry(body=b"raw", partition=0)
@@ -159,7 +172,7 @@ def test_a_plaintext_client_is_refused_and_writes_nothing(tls_cluster: LocalClus
 def test_a_client_trusting_another_ca_is_refused(tls_cluster: LocalCluster, tmp_path: Path) -> None:
     leader, _ = _queue(tls_cluster, "wrongca")
     other = write_dev_tls(tmp_path / "other", [])
-    opts = {"tls": True, "ca_file": str(other.ca_file)}
+    opts = {"tls": True, "ca_file": str(other.ca_file), "token": tls_cluster.token}
     with Client(leader, timeout_s=3, retries=0, **opts) as client, pytest.raises(QueueError):
         client.send("wrongca", b"unchecked")
     assert _latest(tls_cluster, "wrongca") == 0
@@ -168,7 +181,7 @@ def test_a_client_trusting_another_ca_is_refused(tls_cluster: LocalCluster, tmp_
 def test_mtls_refuses_a_client_without_a_certificate(mtls_cluster: LocalCluster) -> None:
     leader, _ = _queue(mtls_cluster, "nocert")
     ca = mtls_cluster.client_options()["ca_file"]
-    opts = {"tls": True, "ca_file": ca}
+    opts = {"tls": True, "ca_file": ca, "token": mtls_cluster.token}
     with Client(leader, timeout_s=3, retries=0, **opts) as client, pytest.raises(QueueError):
         client.send("nocert", b"anonymous")
     assert _latest(mtls_cluster, "nocert") == 0
@@ -184,7 +197,8 @@ def test_mtls_client_certificate_works_and_nodes_forward_with_theirs(
     assert [m.body for m in got] == [b"mutual"]
     # A certificate from another CA is no better than none.
     stranger = write_dev_tls(tmp_path / "stranger", [], ("admin",))
-    opts = {**mtls_cluster.client_options(), "cert_file": str(stranger.cert_file("admin")),
+    opts = {**mtls_cluster.client_options(), "token": mtls_cluster.token,
+            "cert_file": str(stranger.cert_file("admin")),
             "key_file": str(stranger.key_file("admin"))}  # fmt: skip
     with Client(other, timeout_s=3, retries=0, **opts) as client, pytest.raises(QueueError):
         client.send("withcert", b"forged")
@@ -211,7 +225,7 @@ def test_dev_up_tls_end_to_end(tmp_path: Path) -> None:
                 break
         out = "".join(lines)
         exports = dict(re.findall(r"export (RAFTQ_\w+)=(\S+)", out))
-        assert set(exports) == {"RAFTQ_SERVER", "RAFTQ_TLS", "RAFTQ_CA_FILE"}, out
+        assert set(exports) == {"RAFTQ_SERVER", "RAFTQ_TOKEN", "RAFTQ_TLS", "RAFTQ_CA_FILE"}, out
         assert exports["RAFTQ_CA_FILE"] == str(tmp_path / "dev" / "tls" / "ca.pem")
         status = _cli(exports, "cluster", "status")
         assert status.returncode == 0, status.stderr

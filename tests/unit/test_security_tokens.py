@@ -152,3 +152,20 @@ def test_audit_log_writes_json_lines_to_a_private_file(tmp_path):
     assert set(lines[0]) == fields
     assert lines[0]["time"].startswith(time.strftime("%Y-", time.gmtime()))
     assert os.access(path, os.R_OK)
+
+
+def test_the_status_page_admits_only_superuser_tokens_and_is_open_only_when_insecure():
+    from raft_queue.server.api.auth import AuthInterceptor
+
+    view, admin = View(), tokens.new_token()
+    alice = tokens.new_token()
+    view.m.apply(meta.CreatePrincipal("alice", tokens.token_hash(alice)))
+    view.m.apply(meta.GrantAccess("alice", "*", ("send", "read")))
+    page = AuthInterceptor(Authenticator(view, frozenset({tokens.token_hash(admin)}), SECRET))
+    authorize = page.page_authorizer()
+    assert authorize is not None
+    assert authorize(admin)
+    assert not authorize(alice)  # a principal without admin sees no cluster page
+    assert not authorize("rqt_made_up") and not authorize("")
+    open_door = AuthInterceptor(Authenticator(View(), frozenset(), None, insecure=True))
+    assert open_door.page_authorizer() is None

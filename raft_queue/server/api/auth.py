@@ -78,6 +78,22 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if self._audit is not None:
             self._audit.close()
 
+    def page_authorizer(self) -> Callable[[str], bool] | None:
+        """The status page's access check (observability/http.py): a token
+        proving a superuser (``admin`` on ``*``: the page shows every queue
+        and node). None (an open page) only when the door is open
+        (``security.insecure``). Asyncio thread, as the HTTP server."""
+        if self._auth.insecure:
+            return None
+
+        def authorize(token: str) -> bool:
+            try:
+                return self._auth.authenticate(f"Bearer {token}").superuser
+            except Unauthenticated:
+                return False
+
+        return authorize
+
     # ---- checks --------------------------------------------------------------------
     def _audit_line(
         self, who: str, op: str, method: str, queue: str, result: str, context: Any,
