@@ -10,6 +10,11 @@ a CreatePrincipal).
 Off the hot path: ``record`` only puts a dict on a queue; one writer thread
 formats, appends and flushes (no fsync: an audit line is not worth a disk
 sync per call, and sends are not audited at all). The file is created 0600.
+
+Each event also goes through the node's logging, on the logger
+``raft_queue.audit`` (observability/logs.py ``AUDIT``) with the event as
+``extra={"audit": ...}``: with ``log_format = "json"`` it is one structured
+line beside the node's other logs, for a log shipper to pick up.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
+# observability/logs.py AUDIT: the structured log's audit events.
+audit_log = logging.getLogger("raft_queue.audit")
 
 FILE_NAME = "audit.log"
 
@@ -47,11 +54,16 @@ class AuditLog:
         now = time.time()
         millis = f".{int(now * 1000) % 1000:03d}Z"
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + millis
-        self._queue.put({
+        event = {
             "time": stamp,
             "principal": principal, "operation": operation, "method": method,
             "queue": queue_name, "result": result, "peer": peer, "target": target,
-        })  # fmt: skip
+        }  # fmt: skip
+        self._queue.put(event)
+        audit_log.info(
+            "audit %s %s %s: %s", principal or "-", operation, queue_name or "-", result,
+            extra={"audit": event},
+        )  # fmt: skip
 
     def _write_forever(self) -> None:
         while True:

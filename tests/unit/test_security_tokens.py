@@ -169,3 +169,18 @@ def test_the_status_page_admits_only_superuser_tokens_and_is_open_only_when_inse
     assert not authorize("rqt_made_up") and not authorize("")
     open_door = AuthInterceptor(Authenticator(View(), frozenset(), None, insecure=True))
     assert open_door.page_authorizer() is None
+
+
+def test_audit_events_also_go_through_the_node_log(tmp_path, caplog):
+    import logging
+
+    from raft_queue.observability.logs import AUDIT
+    from raft_queue.security.audit import AuditLog
+
+    audit = AuditLog(tmp_path / "audit.log")
+    with caplog.at_level(logging.INFO, logger=AUDIT):
+        audit.record("mallory", "manage", "/x/DeleteQueue", "orders", "denied", "ipv4:1.2.3.4")
+    audit.close()
+    events = [r.audit for r in caplog.records if r.name == AUDIT]
+    assert events and events[0]["principal"] == "mallory" and events[0]["result"] == "denied"
+    assert '"principal": "mallory"' in (tmp_path / "audit.log").read_text()
