@@ -335,3 +335,17 @@ def test_an_insecure_cluster_without_a_secret_serves_callers_without_a_token(tmp
         assert "insecure = true" in c.log_path(0).read_text()
     finally:
         c.stop()
+
+
+def test_a_send_that_may_create_its_queue_needs_manage_too(cluster, admin, matrix):
+    """SendRequest.create makes a Send a manage operation as well (auto-create)."""
+    admin.add_grant("matrix", "m.auto*", ["send"])
+    wait_until(lambda: admin.list_principals("matrix")[0].grants, 10)
+    time.sleep(0.5)  # every node's view has the grant
+    with pytest.raises(errors.PermissionDenied, match="manage"):
+        matrix.send("m.auto.1", b"x", create=True)
+    with pytest.raises(errors.NotFound):
+        admin.get_queue("m.auto.1")  # nothing created
+    admin.add_grant("matrix", "m.auto*", ["manage"])
+    time.sleep(0.5)
+    assert matrix.send("m.auto.1", b"x", create=True).offset == 0

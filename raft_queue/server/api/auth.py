@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 GUARDED = ("/raft_queue.v1.QueueService/", "/raft_queue.v1.AdminService/")
 AUTHORIZATION = "authorization"
 _LIST_QUEUES = "/raft_queue.v1.QueueService/ListQueues"
+_SEND = "/raft_queue.v1.QueueService/Send"
 
 #: The current call's ``authorization`` value (None outside an API call).
 CALLER_AUTHORIZATION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -140,10 +141,16 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         op, field = access.rpc_operation(method)
         audited = op in (access.MANAGE, access.ADMIN)
         listing = method == _LIST_QUEUES  # any principal; filtered below
+        creating = method == _SEND  # SendRequest.create: also needs ``manage``
 
         async def behavior(request: Any, context: Any) -> Any:
             queue = getattr(request, field) if field else ""
             identity = await self._admit(method, op, None if listing else queue, context)
+            if creating and request.create and not identity.allows(access.MANAGE, queue):
+                # A Send that may create its queue is a manage operation too
+                # (server/autocreate.py): nothing is sent or created.
+                self._audit_line(identity.name, access.MANAGE, method, queue, "denied", context)
+                await abort_with(context, _denied(identity, access.MANAGE, queue))
             if not audited:
                 response = await inner(request, context)
                 return _visible(identity, response) if listing else response
