@@ -116,6 +116,15 @@ def _full_disk_scenario(cluster: LocalCluster, fs: Any) -> None:
         acked.add(b"after")
         stored = set(read_all(client, "full").values())
         assert not (acked - stored), f"{len(acked - stored)} acknowledged messages lost"
+        # The watermark is a soft guard, learned by the other nodes within a
+        # heartbeat or two: on a loaded machine sends already under way can
+        # fill the last bytes first. Then the hard guard holds instead: n2's
+        # replica fails and stops (fail-stop, never skips an entry; seen in a
+        # full-suite run) and is whole again after a restart, as an operator
+        # would do (docs/operations.md, "Disk space and failed replicas").
+        if any(r.role == "failed" for r in client.cluster_status().replicas):
+            cluster.restart(1)
+            cluster.wait_ready(60)
         wait_identical_replicas(client, "full", 60)
 
 
