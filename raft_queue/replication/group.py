@@ -31,6 +31,7 @@ from pysyncobj import replicated
 from pysyncobj.syncobj import FAIL_REASON
 
 from raft_queue import errors
+from raft_queue.observability import metrics
 from raft_queue.replication import snapshot
 from raft_queue.replication.host import RaftHost
 from raft_queue.replication.raft import ProxiedNode, SafeSyncObj, fail_reason_error
@@ -42,7 +43,10 @@ log = logging.getLogger(__name__)
 # Limits.max_request_bytes): big entries cost a pickle and a zlib pass per
 # follower in one piece, and every other group on the node waits meanwhile.
 MAX_COMMANDS_PER_ENTRY = 512
-MAX_ENTRY_BYTES = 4 << 20
+MAX_ENTRY_BYTES = 4 << 20  # raft.append_entries_batch_bytes sets max_entry_bytes
+# Commands submitted and not yet proposed (raft.commands_queue_size sets
+# max_pending): one more is refused at once with ResourceExhausted.
+MAX_PENDING = 100_000
 
 
 # A submitted command waiting to be proposed: (command, its future, deadline
@@ -51,6 +55,9 @@ Pending = tuple[Any, Future[Any], float, bool]
 
 
 class ReplicatedGroup(SafeSyncObj):
+    max_pending = MAX_PENDING
+    max_entry_bytes = MAX_ENTRY_BYTES
+
     def __init__(
         self,
         key: str,
@@ -123,7 +130,18 @@ class ReplicatedGroup(SafeSyncObj):
         see the module doc) or raises a QueueError."""
         fut: Future[Any] = Future()
         with self._lock:
-            self._pending.append((command, fut, time.monotonic() + timeout_s, early))
+            full = len(self._pending) >= self.max_pending
+            if not full:
+                self._pending.append((command, fut, time.monotonic() + timeout_s, early))
+        if full:  # backpressure: the caller retries later, nothing was queued
+            metrics.count_rejection("limits")
+            fut.set_exception(
+                errors.ResourceExhausted(
+                    f"{self.key}: {self.max_pending} commands wait to be proposed "
+                    f"(raft.commands_queue_size)"
+                )
+            )
+            return fut
         self._host.mark_active(self.key)
         return fut
 
@@ -148,7 +166,7 @@ class ReplicatedGroup(SafeSyncObj):
     def _propose(self, chunk: list[Pending]) -> None:
         commands = [c for c, _, _, _ in chunk]
         payload = self.encode_batch(commands)
-        if len(payload) > MAX_ENTRY_BYTES and len(chunk) > 1:
+        if len(payload) > self.max_entry_bytes and len(chunk) > 1:
             half = len(chunk) // 2
             self._propose(chunk[:half])
             self._propose(chunk[half:])

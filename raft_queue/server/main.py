@@ -37,6 +37,7 @@ from raft_queue.security.files import private_files
 from raft_queue.security.secret import node_secret
 from raft_queue.server.admin_service import AdminService
 from raft_queue.server.api import door
+from raft_queue.server.api.concurrency import ConcurrencyLimit, server_options
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.housekeeping import Housekeeper
 from raft_queue.server.liveness import Liveness
@@ -45,7 +46,7 @@ from raft_queue.server.mover import Mover
 from raft_queue.server.node import Node
 from raft_queue.server.node_service import NodeService, registration_loop
 from raft_queue.server.operations import Operations
-from raft_queue.server.peers import CHANNEL_OPTIONS, Peers
+from raft_queue.server.peers import Peers
 from raft_queue.server.queue_service import QueueService
 
 log = logging.getLogger("raft_queue.node")
@@ -99,7 +100,8 @@ async def serve(config: config_mod.NodeConfig) -> None:
     observe = NodeObservability(config)
     # Outermost first: metrics see every answer, the doors' refusals included.
     interceptors = [*observe.interceptors(), *door.interceptors(secret)]
-    server = grpc.aio.server(options=CHANNEL_OPTIONS, interceptors=interceptors)
+    interceptors.append(ConcurrencyLimit(config.limits.max_concurrent_rpcs))  # after the doors
+    server = grpc.aio.server(options=server_options(config.limits), interceptors=interceptors)
     queue_service = QueueService(cluster)
     queue_pb2_grpc.add_QueueServiceServicer_to_server(queue_service, server)
     liveness = Liveness(node, config.cluster)

@@ -34,6 +34,7 @@ from raft_queue.replication.host import RaftHost
 from raft_queue.replication.metadata import MetadataReplica
 from raft_queue.replication.partition import PartitionReplica
 from raft_queue.replication.raft import check_version
+from raft_queue.server.bounds import bound_replica
 from raft_queue.server.controllers import load_role
 from raft_queue.server.convert import partition_config
 from raft_queue.server.wakeups import Wakeups
@@ -409,9 +410,11 @@ class Node:
             dial=self._dial,
             durability=durability,
             log_compaction_min_entries=self.config.raft.log_compaction_min_entries,
+            log_compaction_min_time_s=self.config.raft.log_compaction_min_time_s,
             preferred=self._is_preferred(key),
         )
         replica.on_wake = self.wakeups.hook((key.queue, key.partition))
+        bound_replica(replica, self.config)
         replica.set_probe(metrics.probe_for(key.queue, key.partition))
         self.host.add(replica)
         return replica

@@ -7,6 +7,10 @@ leases, so it never sends more than was granted. Messages are leased exactly
 as by Receive: the client acks through Ack/Nack, and the leases of a stream
 that drops expire after their visibility timeout (none is lost). A lease
 taken while the stream is being cancelled is given back at once.
+
+The credit a stream holds (granted, not yet used) is capped by
+``limits.max_subscribe_credit``: a grant that would pass it is refused
+(INVALID_ARGUMENT naming the limit; the stream ends) and never added.
 """
 
 from __future__ import annotations
@@ -37,11 +41,14 @@ class Subscriber:
         template = queue_pb2.ReceiveRequest(queue=q.name, consumer=first.consumer)
         if first.HasField("visibility_ms"):
             template.visibility_ms = first.visibility_ms
-        credit = [first.credit]
+        cap = self.limits.max_subscribe_credit
+        credit = [_checked(0, first.credit, cap)]
         granted = asyncio.Event()
-        reader = asyncio.ensure_future(_read_credit(requests, credit, granted))
+        reader = asyncio.ensure_future(_read_credit(requests, credit, granted, cap))
         try:
             while True:
+                if reader.done() and not reader.cancelled() and reader.exception() is not None:
+                    raise reader.exception()  # type: ignore[misc]
                 if credit[0] <= 0:
                     if reader.done():
                         return  # no credit left and the client will grant no more
@@ -69,9 +76,22 @@ async def _first(requests: Any) -> Any:
     raise errors.InvalidArgument("queue", "the stream ended before naming a queue")
 
 
-async def _read_credit(requests: Any, credit: list[int], granted: asyncio.Event) -> None:
-    async for request in requests:
-        if request.credit:
-            credit[0] += request.credit
-            granted.set()
-    granted.set()
+def _checked(held: int, grant: int, cap: int) -> int:
+    """The credit held after ``grant``; over ``cap`` is refused."""
+    if held + grant > cap:
+        metrics.count_rejection("limits")
+        raise errors.InvalidArgument(
+            "credit",
+            f"{held} held + {grant} granted is over limits.max_subscribe_credit {cap}",
+        )
+    return held + grant
+
+
+async def _read_credit(requests: Any, credit: list[int], granted: asyncio.Event, cap: int) -> None:
+    try:
+        async for request in requests:
+            if request.credit:
+                credit[0] = _checked(credit[0], request.credit, cap)
+                granted.set()
+    finally:
+        granted.set()
