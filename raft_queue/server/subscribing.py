@@ -59,7 +59,9 @@ class Subscriber:
                 request.CopyFrom(template)
                 request.max_messages = min(credit[0], MAX_PUSH_BATCH)
                 request.wait_ms = self.limits.max_wait_ms
-                messages = await self.receiver.receive(request, forwarded=False)
+                messages = await _unless_refused(
+                    self.receiver.receive(request, forwarded=False), reader
+                )
                 metrics.count_received(request.queue, messages)
                 for message in messages:
                     credit[0] -= 1
@@ -74,6 +76,21 @@ async def _first(requests: Any) -> Any:
             raise errors.InvalidArgument("queue", "the first Subscribe message names the queue")
         return request
     raise errors.InvalidArgument("queue", "the stream ended before naming a queue")
+
+
+async def _unless_refused(receive: Any, reader: asyncio.Future[None]) -> Any:
+    """``receive``'s messages; if the credit reader fails meanwhile (a grant
+    over the cap), the long poll is cancelled (its leases go back) and the
+    reader's error ends the stream at once."""
+    task = asyncio.ensure_future(receive)
+    await asyncio.wait({task, reader}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        return task.result()
+    if reader.cancelled() or reader.exception() is None:
+        return await task  # the client half-closed: finish this poll
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    raise reader.exception()  # type: ignore[misc]
 
 
 def _checked(held: int, grant: int, cap: int) -> int:
