@@ -357,6 +357,11 @@ class NodeConfig:
             parse_host_port("seeds", seed)
         if self.log_format not in ("text", "json"):
             raise ConfigError("log_format", f"{self.log_format!r} not one of text, json")
+        if self.raft.append_entries_batch_bytes > self.limits.max_request_bytes:
+            # An entry must fit the Raft link's frame, sized from max_request_bytes.
+            raise ConfigError(
+                "raft.append_entries_batch_bytes", "must be <= limits.max_request_bytes"
+            )
         if self.queue_defaults.max_message_bytes > self.limits.max_message_bytes:
             raise ConfigError(
                 "queue_defaults.max_message_bytes", "must be <= limits.max_message_bytes"

@@ -246,11 +246,21 @@ def test_resource_bounds_reject_zero(key: str) -> None:
 def test_queue_defaults_fit_the_node_limit(tmp_path: Path) -> None:
     text = (
         'node_id = "a"\ndata_dir = "d"\n[limits]\nmax_message_bytes = 1000\n'
-        "max_request_bytes = 1000\n[queue_defaults]\nmax_message_bytes = 2000\n"
+        "[queue_defaults]\nmax_message_bytes = 2000\n"
     )
     with pytest.raises(errors.ConfigError) as exc:
         config.load(write(tmp_path, text))
     assert field_of(exc) == "queue_defaults.max_message_bytes"
+
+
+def test_an_entry_must_fit_a_request(tmp_path: Path) -> None:
+    text = (
+        'node_id = "a"\ndata_dir = "d"\n[limits]\nmax_request_bytes = 2097152\n'
+        "[raft]\nappend_entries_batch_bytes = 4194304\n"
+    )
+    with pytest.raises(errors.ConfigError) as exc:
+        config.load(write(tmp_path, text))
+    assert field_of(exc) == "raft.append_entries_batch_bytes"
 
 
 def test_every_validated_key_is_used() -> None:
