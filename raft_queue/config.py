@@ -244,6 +244,8 @@ class SecurityConfig:
 
     cluster_secret_file: str = ""
     insecure: bool = False
+    # SHA-256s of the superuser tokens, one a line, mode 0600 (security/tokens.py)
+    admin_tokens_file: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.insecure, bool):
@@ -295,19 +297,71 @@ class HealthConfig:
     It is ready while it reaches the metadata quorum (a voter: its metadata
     replica knows a leader, and a leader hears from a quorum within
     ``quorum_timeout_s``; a non-voter: its last metadata poll reached a voter
-    that knows a leader), its data directory's file system has at least
-    ``min_free_disk_bytes`` free, and it is not shutting down. Checked every
-    ``check_period_s``.
+    that knows a leader), its data directory's file system is above the
+    ``[storage]`` watermark (the one rule that also refuses sends), and it
+    is not shutting down. Checked every ``check_period_s``.
     """
 
-    min_free_disk_bytes: int = 256 * MIB
     check_period_s: float = 0.5
     quorum_timeout_s: float = 2.0
 
     def __post_init__(self) -> None:
-        _check_int(ConfigError, "health.min_free_disk_bytes", self.min_free_disk_bytes, 0, 2**62)
         _check_positive("health.check_period_s", self.check_period_s)
         _check_positive("health.quorum_timeout_s", self.quorum_timeout_s)
+
+
+@dataclass(frozen=True, slots=True)
+class StorageConfig:
+    """``[storage]``: the free-space watermark of the disk holding ``data_dir``
+    (server/disk.py). Below either threshold the node is "low on disk":
+    sends to every partition with a replica on it are refused
+    (RESOURCE_EXHAUSTED naming the node and the disk; acks, receives and
+    reads go on, and acks free space), and its replicas hand leadership
+    away, until space returns. Checked with every heartbeat
+    (``cluster.heartbeat_period_s``). 0 disables a threshold.
+    """
+
+    min_free_bytes: int = 256 * MIB
+    min_free_percent: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_int(ConfigError, "storage.min_free_bytes", self.min_free_bytes, 0, 2**62)
+        if not 0.0 <= float(self.min_free_percent) < 100.0:
+            raise ConfigError("storage.min_free_percent", "must be in [0, 100)")
+
+
+@dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """``[tls]``: serve gRPC only over TLS, and dial other nodes over TLS.
+
+    All empty = plaintext gRPC. ``cert_file`` + ``key_file`` (PEM) turn TLS
+    on; ``ca_file`` (PEM) is the CA that other nodes' certificates are
+    checked against when this node dials them (empty: the system roots), and
+    that client certificates are checked against. ``require_client_cert``
+    makes it mutual TLS: a client without a certificate signed by ``ca_file``
+    is refused, and this node presents its own certificate when it dials
+    another node. The files are read once, at start (docs/security.md).
+    """
+
+    cert_file: str = ""
+    key_file: str = ""
+    ca_file: str = ""
+    require_client_cert: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.require_client_cert, bool):
+            raise ConfigError("tls.require_client_cert", "must be true or false")
+        if bool(self.cert_file) != bool(self.key_file):
+            missing = "key_file" if self.cert_file else "cert_file"
+            raise ConfigError(f"tls.{missing}", "cert_file and key_file go together")
+        if self.ca_file and not self.cert_file:
+            raise ConfigError("tls.cert_file", "ca_file is set but TLS is off (no cert_file)")
+        if self.require_client_cert and not self.ca_file:
+            raise ConfigError("tls.ca_file", "require_client_cert needs the CA to check them")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.cert_file)
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +395,8 @@ class NodeConfig:
     # "text" (human) or "json" (one object a line: node, request id, queue,
     # partition where known; raft_queue/observability/logs.py).
     log_format: str = "text"
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    tls: TlsConfig = field(default_factory=TlsConfig)
 
     def __post_init__(self) -> None:
         check_name("node_id", self.node_id, error=ConfigError)

@@ -14,6 +14,7 @@ or ``list_controllers`` instead.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from raft_queue._proto.raft_queue.v1 import admin_pb2
@@ -86,3 +87,34 @@ class AdminSurface:
         """The metadata group's voters and the change in flight, if any."""
         req = admin_pb2.ListControllersRequest()
         return self._run(_admin("ListControllers", req, mutating=False))
+
+    # ---- principals and grants (docs/security.md) ----------------------------------
+    def create_principal(self, name: str) -> Any:
+        """A new principal; the ``PrincipalTokenResponse`` holds its token,
+        shown this once (the cluster keeps only its SHA-256)."""
+        return self._run(_admin("CreatePrincipal", admin_pb2.CreatePrincipalRequest(name=name)))
+
+    def rotate_principal(self, name: str) -> Any:
+        """A new token for ``name`` (in the ``PrincipalTokenResponse``); the
+        old one stops working at once."""
+        return self._run(_admin("RotatePrincipal", admin_pb2.RotatePrincipalRequest(name=name)))
+
+    def delete_principal(self, name: str) -> None:
+        """Delete ``name`` and its grants; its token stops working."""
+        self._run(_admin("DeletePrincipal", admin_pb2.DeletePrincipalRequest(name=name)))
+
+    def list_principals(self, name: str = "") -> list[Any]:
+        """Every principal (or only ``name``) with its grants: ``PrincipalInfo`` messages."""
+        req = admin_pb2.ListPrincipalsRequest(name=name)
+        return list(self._run(_admin("ListPrincipals", req, mutating=False)).principals)
+
+    def add_grant(self, principal: str, pattern: str, operations: Sequence[str]) -> Any:
+        """Allow ``operations`` (send, receive, read, manage, admin) on the queues
+        ``pattern`` matches (a name, a prefix ending in ``*``, or ``*``)."""
+        req = admin_pb2.GrantRequest(principal=principal, pattern=pattern, operations=operations)
+        return self._run(_admin("AddGrant", req))
+
+    def remove_grant(self, principal: str, pattern: str, operations: Sequence[str] = ()) -> Any:
+        """Take back ``operations`` on ``pattern`` (all of them when empty)."""
+        req = admin_pb2.GrantRequest(principal=principal, pattern=pattern, operations=operations)
+        return self._run(_admin("RemoveGrant", req))

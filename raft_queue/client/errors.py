@@ -40,9 +40,9 @@ _BY_CODE: dict[grpc.StatusCode, type[errors.QueueError]] = {
     grpc.StatusCode.UNAVAILABLE: errors.Unavailable,
     grpc.StatusCode.OUT_OF_RANGE: errors.OutOfRange,
     grpc.StatusCode.RESOURCE_EXHAUSTED: errors.ResourceExhausted,
+    # Refusals the caller must fix (a token, a grant), not retry.
+    grpc.StatusCode.PERMISSION_DENIED: errors.PermissionDenied,
     grpc.StatusCode.UNAUTHENTICATED: errors.Unauthenticated,
-    # No dedicated class (yet): a refusal the caller must fix, not retry.
-    grpc.StatusCode.PERMISSION_DENIED: errors.FailedPrecondition,
 }
 
 

@@ -23,15 +23,21 @@ from typing import Any
 from raft_queue import errors
 from raft_queue.config import IMMUTABLE_QUEUE_FIELDS, QueueSpec, check_name, check_queue_name
 from raft_queue.core import metadata_controllers as controllers
+from raft_queue.core import metadata_principals as principals
 from raft_queue.core.metadata_commands import (
+    CreatePrincipal,
     CreateQueue,
+    DeletePrincipal,
     DeleteQueue,
     DropControllerChange,
     DropMove,
     FinishControllerChange,
     FinishMove,
+    GrantAccess,
     MetaCommand,
     RegisterNode,
+    RevokeAccess,
+    RotatePrincipal,
     SetAssignment,
     SetMovePhase,
     SetNodeState,
@@ -52,6 +58,7 @@ from raft_queue.core.metadata_records import (
     Move,
     NodeInfo,
     PartitionAssignment,
+    Principal,
     QueueRecord,
     ReplicaRef,
 )
@@ -63,6 +70,8 @@ __all__ = [
     "LocalReplica", "MetaCommand", "MetadataMachine", "Move", "NodeInfo", "PartitionAssignment",
     "QueueRecord", "RegisterNode", "ReplicaRef", "SetAssignment", "SetMovePhase", "SetNodeState",
     "StartControllerChange", "StartMove", "UpdateQueue", "decode_meta", "encode_meta",
+    "CreatePrincipal", "DeletePrincipal", "RotatePrincipal", "GrantAccess", "RevokeAccess",
+    "Principal",
 ]  # fmt: skip
 
 
@@ -78,6 +87,7 @@ class MetadataMachine:
         self._moves: dict[tuple[str, int], Move] = {}
         self._controllers: dict[str, str] = {}  # node id -> metadata Raft address
         self._controller_change: ControllerChange | None = None
+        self._principals: dict[str, Principal] = {}
         self._next_uid = 1
         self.version = 0
 
@@ -115,6 +125,13 @@ class MetadataMachine:
 
     def controller_change(self) -> ControllerChange | None:
         return self._controller_change
+
+    def principal(self, name: str) -> Principal | None:
+        return self._principals.get(name)
+
+    def principals(self) -> list[Principal]:
+        """Every principal (token hashes and grants), by name."""
+        return [self._principals[n] for n in sorted(self._principals)]
 
     def replicas_on(self, node_id: str) -> list[LocalReplica]:
         """The replicas ``node_id`` must host, by queue then partition."""
@@ -326,6 +343,30 @@ class MetadataMachine:
         self._changed()
         return self.controllers()
 
+    def _apply_CreatePrincipal(self, cmd: CreatePrincipal) -> Principal:
+        return self._set_principal(principals.create(self._principals, cmd))
+
+    def _apply_RotatePrincipal(self, cmd: RotatePrincipal) -> Principal:
+        return self._set_principal(principals.rotate(self._principals, cmd))
+
+    def _apply_GrantAccess(self, cmd: GrantAccess) -> Principal:
+        return self._set_principal(principals.grant(self._principals, cmd))
+
+    def _apply_RevokeAccess(self, cmd: RevokeAccess) -> Principal:
+        return self._set_principal(principals.revoke(self._principals, cmd))
+
+    def _apply_DeletePrincipal(self, cmd: DeletePrincipal) -> Principal:
+        gone = principals.delete(self._principals, cmd)
+        del self._principals[gone.name]
+        self._changed()
+        return gone
+
+    def _set_principal(self, new: Principal) -> Principal:
+        if self._principals.get(new.name) != new:
+            self._principals[new.name] = new
+            self._changed()
+        return new
+
     def _set_controllers(self, voters: dict[str, str]) -> None:
         self._controllers = dict(voters)
         for node_id, node in list(self._nodes.items()):
@@ -398,6 +439,7 @@ class MetadataMachine:
             "moves": [_plain_move(m) for m in self.moves()],
             "controllers": [[n, a] for n, a in self.controllers().items()],
             "controller_change": _plain_change(self._controller_change),
+            "principals": [principals.to_plain(p) for p in self.principals()],
         })  # fmt: skip
 
     @classmethod
@@ -419,6 +461,8 @@ class MetadataMachine:
             machine._controllers = {str(n): str(a) for n, a in obj.get("controllers", ())}
             change = obj.get("controller_change")
             machine._controller_change = ControllerChange(*change) if change else None
+            for p in obj.get("principals", ()):
+                machine._principals[p["name"]] = principals.from_plain(p)
         except (ValueError, KeyError, TypeError, errors.InvalidArgument) as exc:
             raise errors.Internal(f"bad metadata snapshot: {exc!r}") from exc
         return machine

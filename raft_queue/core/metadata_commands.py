@@ -149,16 +149,62 @@ class DropControllerChange:
     node_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class CreatePrincipal:
+    """A new principal holding the token whose SHA-256 is ``token_hash`` (hex).
+    The same name and hash again returns it (idempotent retry)."""
+
+    name: str
+    token_hash: str
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DeletePrincipal:
+    """Forget the principal and its grants: its token opens nothing from then on."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class RotatePrincipal:
+    """Replace the principal's token hash; the old token opens nothing from then on."""
+
+    name: str
+    token_hash: str
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GrantAccess:
+    """Add ``operations`` on the queues ``pattern`` matches (core/access.py)."""
+
+    principal: str
+    pattern: str
+    operations: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RevokeAccess:
+    """Remove ``operations`` (every one when empty) on ``pattern``."""
+
+    principal: str
+    pattern: str
+    operations: tuple[str, ...] = ()
+
+
 MetaCommand = (
     RegisterNode | SetNodeState | CreateQueue | UpdateQueue | DeleteQueue | SetAssignment
     | StartMove | SetMovePhase | FinishMove | DropMove
     | StartControllerChange | FinishControllerChange | DropControllerChange
+    | CreatePrincipal | DeletePrincipal | RotatePrincipal | GrantAccess | RevokeAccess
 )  # fmt: skip
 _COMMANDS: dict[str, type[Any]] = {
     cls.__name__: cls
     for cls in (RegisterNode, SetNodeState, CreateQueue, UpdateQueue, DeleteQueue, SetAssignment,
                 StartMove, SetMovePhase, FinishMove, DropMove, StartControllerChange,
-                FinishControllerChange, DropControllerChange)
+                FinishControllerChange, DropControllerChange, CreatePrincipal, DeletePrincipal,
+                RotatePrincipal, GrantAccess, RevokeAccess)
 }  # fmt: skip
 
 
@@ -208,6 +254,8 @@ def _typed(name: str, value: Any) -> Any:
         return tuple(_assignment(a) for a in value)
     if name == "voters":
         return tuple((str(node), str(address)) for node, address in value)
+    if name == "operations":
+        return tuple(str(op) for op in value)
     return value
 
 

@@ -34,9 +34,10 @@ from raft_queue import errors
 from raft_queue.core import codec, commands
 from raft_queue.core.partition import PartitionMachine
 from raft_queue.replication import snapshot
+from raft_queue.replication.diskfiles import drop_page_cache
 from raft_queue.replication.group import MAX_COMMANDS_PER_ENTRY, Pending, ReplicatedGroup
 from raft_queue.replication.host import RaftHost
-from raft_queue.replication.raft import make_conf
+from raft_queue.replication.raft import bind_address_for, make_conf
 from raft_queue.replication.standing import StandingLeases
 from raft_queue.storage.lmdb_store import LmdbStore
 
@@ -126,6 +127,8 @@ class PartitionReplica(ReplicatedGroup):
         log_compaction_min_time_s: float = 300.0,
         durability: str = "",
         preferred: bool | None = None,
+        bind_host: str | None = None,
+        link_key: bytes | None = None,
     ) -> None:
         os.makedirs(data_dir, mode=0o700, exist_ok=True)  # private: docs/security.md
         self.durability = durability or ("fsync" if fsync else "quorum")
@@ -143,6 +146,7 @@ class PartitionReplica(ReplicatedGroup):
         self._ridden = _RIDDEN
         self.machine = PartitionMachine()
         self._stored_index: int | None = None  # LMDB's last_applied (_last_applied)
+        drop_page_cache(data_dir)  # before LMDB maps its file (see ReplicatedGroup)
         self.store = LmdbStore(os.path.join(data_dir, "lmdb"), tables=PartitionMachine.TABLES)
         self._check_format()
         conf = make_conf(
@@ -151,6 +155,7 @@ class PartitionReplica(ReplicatedGroup):
             election_timeout_min_s=election_timeout_s[0],
             election_timeout_max_s=election_timeout_s[1],
             heartbeat_s=heartbeat_s,
+            bind_address=bind_address_for(bind_host, self_address),
             serializer=self._serialize,
             deserializer=self._deserialize,
             log_compaction_min_entries=log_compaction_min_entries,
@@ -163,6 +168,7 @@ class PartitionReplica(ReplicatedGroup):
             peers,
             conf,
             dial=dial,
+            link_key=link_key,
             fsync=fsync,
             lease_quorum_s=election_timeout_s[0],
         )
@@ -311,6 +317,8 @@ class PartitionReplica(ReplicatedGroup):
     def _reading(self) -> Iterator[Any]:
         """A read txn; Unavailable (retryable) once the replica was stopped,
         which another thread may do at any time (the reconciler)."""
+        if getattr(self, "failed", ""):  # fail-stop: no reads from a replica that stopped
+            raise errors.Unavailable(f"{self.key}: replica failed: {self.failed}")
         with ExitStack() as stack:
             try:
                 txn = stack.enter_context(self.store.begin())

@@ -116,6 +116,8 @@ class Sender:
     ) -> None:
         replica = self.c.local_leader(q.name, part, forwarded)
         if replica is not None:
+            node = self.c.node
+            node.disk.check_send(q.name, part, node.partition_replicas(q.name, part))
             command = cmd.AppendBlobs(blobs[0], now_ms(), request_id, blobs[1])
             res, reached = await self.c.submit_append(replica, command)
             metrics.count_sent(q.name, part, len(indexes))

@@ -56,9 +56,12 @@ STATUS_CODES: dict[type[errors.QueueError], grpc.StatusCode] = {
     errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     errors.ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.Internal: grpc.StatusCode.INTERNAL,
+    errors.OldEntryFormat: grpc.StatusCode.INTERNAL,
     # A server running against the wrong dependency version cannot serve until
     # it is redeployed: the system is not in a state to run the request.
     errors.VersionMismatch: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    errors.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
 }
 
 

@@ -84,7 +84,9 @@ def entries(c: LocalCluster, queue: str) -> int:
     """The partition's Raft commit index: one per entry."""
     channel, s = stub(c)
     try:
-        got = s.GetPartitions(queue_pb2.GetPartitionsRequest(queue=queue), timeout=10)
+        got = s.GetPartitions(
+            queue_pb2.GetPartitionsRequest(queue=queue), metadata=md(c), timeout=10
+        )
     finally:
         channel.close()
     return int(got.partitions[0].commit_index)
@@ -100,6 +102,11 @@ def rss_bytes(pid: int) -> int:
 def stub(c: LocalCluster) -> tuple[grpc.Channel, Any]:
     channel = grpc.insecure_channel(c.specs[0].address, options=OPTIONS)
     return channel, queue_pb2_grpc.QueueServiceStub(channel)
+
+
+def md(c: LocalCluster) -> tuple[tuple[str, str], ...]:
+    """The admin token every call of a test client carries (docs/security.md)."""
+    return (("authorization", f"Bearer {c.token}"),)
 
 
 def field_of(err: grpc.RpcError) -> str:
@@ -121,7 +128,7 @@ async def _polls_and_one_send(c: LocalCluster, queue: str) -> dict[str, Any]:
     tasks: list[Any] = []
 
     def open_one(i: int) -> None:
-        call = stubs[i % len(stubs)].Receive(request, timeout=150)
+        call = stubs[i % len(stubs)].Receive(request, metadata=md(c), timeout=150)
         calls.append(call)
         tasks.append(asyncio.ensure_future(call))
 
@@ -149,7 +156,9 @@ async def _polls_and_one_send(c: LocalCluster, queue: str) -> dict[str, Any]:
     before = entries(c, queue)
     out["entries_idle"] = before - idle
     sender = queue_pb2_grpc.QueueServiceStub(channels[0])
-    await sender.Send(queue_pb2.SendRequest(queue=queue, entries=[queue_pb2.SendEntry(body=b"x")]))
+    await sender.Send(
+        queue_pb2.SendRequest(queue=queue, entries=[queue_pb2.SendEntry(body=b"x")]), metadata=md(c)
+    )
     done, _ = await asyncio.wait(tasks, timeout=10, return_when=asyncio.FIRST_COMPLETED)
     out["answered"] = [list(t.result().messages) for t in done]
     await asyncio.sleep(1.0)  # anything the send set off has been proposed by now
@@ -222,7 +231,11 @@ async def _hold_polls(c: LocalCluster, queues: list[str], n: int) -> Any:
     channel = grpc.aio.insecure_channel(c.specs[0].address)
     s = queue_pb2_grpc.QueueServiceStub(channel)
     calls = [
-        s.Receive(queue_pb2.ReceiveRequest(queue=queues[i % len(queues)], wait_ms=8000), timeout=15)
+        s.Receive(
+            queue_pb2.ReceiveRequest(queue=queues[i % len(queues)], wait_ms=8000),
+            metadata=md(c),
+            timeout=15,
+        )
         for i in range(n)
     ]
     tasks = [asyncio.ensure_future(call) for call in calls]
@@ -244,7 +257,7 @@ def test_calls_over_max_concurrent_rpcs_are_refused_naming_the_limit(small: Loca
             await asyncio.sleep(0.1)
         s = queue_pb2_grpc.QueueServiceStub(channel)
         try:
-            await s.GetQueue(queue_pb2.GetQueueRequest(name="busy0"), timeout=5)
+            await s.GetQueue(queue_pb2.GetQueueRequest(name="busy0"), metadata=md(small), timeout=5)
             refused = None
         except grpc.aio.AioRpcError as err:
             refused = err
@@ -252,7 +265,9 @@ def test_calls_over_max_concurrent_rpcs_are_refused_naming_the_limit(small: Loca
             call.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.sleep(0.3)
-        after = await s.GetQueue(queue_pb2.GetQueueRequest(name="busy0"), timeout=5)
+        after = await s.GetQueue(
+            queue_pb2.GetQueueRequest(name="busy0"), metadata=md(small), timeout=5
+        )
         await channel.close()
         return refused, after
 
@@ -274,6 +289,7 @@ def test_standing_polls_over_the_partition_and_consumer_bounds_are_refused(
         calls = [
             s.Receive(
                 queue_pb2.ReceiveRequest(queue="standing", wait_ms=3000, consumer=consumer),
+                metadata=md(small),
                 timeout=10,
             )
             for _ in range(n)
@@ -307,7 +323,7 @@ def test_subscribe_credit_over_the_cap_is_refused(small: LocalCluster) -> None:
             time.sleep(3)  # keep the stream open while the server reads
 
         with pytest.raises(grpc.RpcError) as exc:
-            for _ in s.Subscribe(requests(), timeout=10):
+            for _ in s.Subscribe(requests(), metadata=md(small), timeout=10):
                 pass
         return exc.value
 
@@ -334,18 +350,28 @@ def test_a_16_mib_header_is_refused_naming_the_field_and_nothing_is_written(
     try:
         big = queue_pb2.SendEntry(body=b"b", headers={"big": b"h" * (16 * MIB)})
         with pytest.raises(grpc.RpcError) as exc:
-            s.Send(queue_pb2.SendRequest(queue="headed", entries=[big]), timeout=30)
+            s.Send(
+                queue_pb2.SendRequest(queue="headed", entries=[big]), metadata=md(small), timeout=30
+            )
         assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert field_of(exc.value) == "entries[0].headers"
         # Headers count toward the size: a body just under the cap plus a header is over it.
         body = b"x" * (MIB - 10)
         near = queue_pb2.SendEntry(body=body, headers={"h": b"0123456789"})
         with pytest.raises(grpc.RpcError) as exc:
-            s.Send(queue_pb2.SendRequest(queue="headed", entries=[near]), timeout=30)
+            s.Send(
+                queue_pb2.SendRequest(queue="headed", entries=[near]),
+                metadata=md(small),
+                timeout=30,
+            )
         assert field_of(exc.value) == "entries[0].headers"
         many = queue_pb2.SendEntry(body=b"b", headers={f"h{i}": b"" for i in range(65)})
         with pytest.raises(grpc.RpcError) as exc:
-            s.Send(queue_pb2.SendRequest(queue="headed", entries=[many]), timeout=30)
+            s.Send(
+                queue_pb2.SendRequest(queue="headed", entries=[many]),
+                metadata=md(small),
+                timeout=30,
+            )
         assert "limits.max_headers" in (exc.value.details() or "")
     finally:
         channel.close()
@@ -357,7 +383,11 @@ def test_a_queue_cannot_allow_more_than_the_node(small: LocalCluster) -> None:
     try:
         config = queue_pb2.QueueConfig(replication_factor=1, max_message_bytes=16 * MIB)
         with pytest.raises(grpc.RpcError) as exc:
-            s.CreateQueue(queue_pb2.CreateQueueRequest(name="huge", config=config), timeout=30)
+            s.CreateQueue(
+                queue_pb2.CreateQueueRequest(name="huge", config=config),
+                metadata=md(small),
+                timeout=30,
+            )
         assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert field_of(exc.value) == "config.max_message_bytes"
         assert "limits.max_message_bytes 1048576" in (exc.value.details() or "")
@@ -366,7 +396,7 @@ def test_a_queue_cannot_allow_more_than_the_node(small: LocalCluster) -> None:
             name="modest", config=queue_pb2.QueueConfig(max_message_bytes=2 * MIB)
         )
         with pytest.raises(grpc.RpcError) as exc:
-            s.UpdateQueue(update, timeout=30)
+            s.UpdateQueue(update, metadata=md(small), timeout=30)
         assert field_of(exc.value) == "config.max_message_bytes"
     finally:
         channel.close()
@@ -378,7 +408,11 @@ def test_an_81_character_queue_name_is_refused_at_the_front(small: LocalCluster)
     try:
         config = queue_pb2.QueueConfig(replication_factor=1)
         with pytest.raises(grpc.RpcError) as exc:
-            s.CreateQueue(queue_pb2.CreateQueueRequest(name="q" * 81, config=config), timeout=30)
+            s.CreateQueue(
+                queue_pb2.CreateQueueRequest(name="q" * 81, config=config),
+                metadata=md(small),
+                timeout=30,
+            )
         assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert field_of(exc.value) == "name"
     finally:

@@ -35,7 +35,10 @@ EXPECTED_CODES = {
     errors.Unauthenticated: C.UNAUTHENTICATED,
     errors.ResourceExhausted: C.RESOURCE_EXHAUSTED,
     errors.Internal: C.INTERNAL,
+    errors.OldEntryFormat: C.INTERNAL,
     errors.VersionMismatch: C.FAILED_PRECONDITION,
+    errors.Unauthenticated: C.UNAUTHENTICATED,
+    errors.PermissionDenied: C.PERMISSION_DENIED,
 }
 
 
@@ -182,7 +185,8 @@ def test_to_status_then_from_rpc_error_round_trips(cls):
         (C.INTERNAL, "bug", errors.Internal),
         (C.UNKNOWN, "exception in handler", errors.Internal),
         (C.UNIMPLEMENTED, "no such method", errors.Internal),
-        (C.PERMISSION_DENIED, "no grant", errors.FailedPrecondition),
+        (C.PERMISSION_DENIED, "no grant", errors.PermissionDenied),
+        (C.UNAUTHENTICATED, "no token", errors.Unauthenticated),
     ],
 )
 def test_status_without_trailer_falls_back_on_the_code(code, details, expected):
