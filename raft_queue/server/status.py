@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 ERROR_KEY = "raftq-error"
 FIELD_KEY = "raftq-field"
 LEADER_KEY = "raftq-leader"
+RETRY_AFTER_KEY = "retry-after-ms"  # OverQuota: when the same request would pass
 ERROR_ID_KEY = "raftq-error-id"
 
 Trailers = tuple[tuple[str, str], ...]
@@ -102,6 +103,8 @@ def to_status(exc: BaseException, error_id: str = "") -> tuple[grpc.StatusCode, 
         trailers.append((FIELD_KEY, _ascii(exc.field)))
     if isinstance(exc, errors.NotLeader) and exc.leader:
         trailers.append((LEADER_KEY, _ascii(exc.leader)))
+    if isinstance(exc, errors.OverQuota):
+        trailers.append((RETRY_AFTER_KEY, str(max(1, exc.retry_after_ms))))
     return code, exc.message, tuple(trailers)
 
 

@@ -9,6 +9,10 @@ runs, so a refused call reads and writes nothing.
   Subscribe is checked on every request of its stream that names a queue.
 - ListQueues shows a principal only the queues it holds a grant on.
 - Manage and admin operations, and every refusal, go to the audit log.
+- Quotas and usage (server/api/usage.py ``Meter``): a Send a client makes
+  here is charged to its principal's quota before the servicer runs; every
+  metered call a client makes here is counted once it answers OK. Calls
+  another node forwards (node-signed) were metered on that node.
 
 Other services (health, reflection) pass untouched. The caller's
 ``authorization`` value is kept in ``CALLER_AUTHORIZATION`` for the call's
@@ -52,9 +56,12 @@ def _authorization(context: grpc.aio.ServicerContext) -> str:
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    def __init__(self, authenticator: Authenticator, audit: AuditLog | None = None) -> None:
+    def __init__(
+        self, authenticator: Authenticator, audit: AuditLog | None = None, meter: Any = None
+    ) -> None:
         self._auth = authenticator
         self._audit = audit
+        self.meter = meter
         self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
     async def intercept_service(
@@ -97,9 +104,13 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             identity = self._auth.authenticate(authorization, VERIFIED_NODE.get())
         except Unauthenticated as exc:
             self._audit_line("", op, method, queue or "", "unauthenticated", context)
+            if self.meter is not None:
+                self.meter.rejected_auth("", queue or "")
             await abort_with(context, exc)
         if queue is not None and not identity.allows(op, queue):
             self._audit_line(identity.name, op, method, queue, "denied", context)
+            if self.meter is not None:
+                self.meter.rejected_auth(identity.name, queue)
             await abort_with(context, _denied(identity, op, queue))
         CALLER_AUTHORIZATION.set(authorization)
         return identity
@@ -129,8 +140,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             queue = getattr(request, field) if field else ""
             identity = await self._admit(method, op, None if listing else queue, context)
             if not audited:
-                response = await inner(request, context)
-                return _visible(identity, response) if listing else response
+                if self.meter is None or VERIFIED_NODE.get() is not None:
+                    response = await inner(request, context)
+                    return _visible(identity, response) if listing else response
+                return await self._metered(identity.name, method, inner, request, context)
             target = _target(request)
             try:
                 response = await inner(request, context)
@@ -143,6 +156,19 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return response
 
         return behavior
+
+    async def _metered(self, who: str, method: str, inner: Any, request: Any, context: Any) -> Any:
+        """A client's call taken here: quota first (nothing applied when over),
+        usage counted once it answered OK."""
+        try:
+            self.meter.before(who, method, request)
+        except QueueError as exc:
+            await abort_with(context, exc)
+        response = await inner(request, context)
+        code = context.code() if callable(getattr(context, "code", None)) else None
+        if code in (None, grpc.StatusCode.OK):
+            self.meter.after(who, method, request, response)
+        return response
 
     def _stream(self, method: str, inner: Any) -> Any:
         """Subscribe: authenticated at once; each request that names a queue
@@ -202,6 +228,7 @@ def door_for(node: Any) -> AuthInterceptor:
 
     from raft_queue.security.audit import FILE_NAME
     from raft_queue.security.tokens import load_admin_hashes
+    from raft_queue.server.api.usage import Meter
 
     security = node.config.security
     admins = (
@@ -212,4 +239,5 @@ def door_for(node: Any) -> AuthInterceptor:
     elif not admins:
         log.warning("no security.admin_tokens_file: no client can administer this cluster")
     authenticator = Authenticator(lambda: node.view, admins, node.secret, security.insecure)
-    return AuthInterceptor(authenticator, AuditLog(Path(node.config.data_dir) / FILE_NAME))
+    meter = Meter(lambda: node.view)
+    return AuthInterceptor(authenticator, AuditLog(Path(node.config.data_dir) / FILE_NAME), meter)

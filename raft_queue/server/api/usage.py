@@ -1,0 +1,179 @@
+"""Usage counting where requests enter, and its flush to the metadata group.
+
+``Meter`` is what the API door calls: ``before`` (quota, Send only) and
+``after`` (usage). Counting is a dict increment per request, in memory.
+``UsageFlusher`` sends the counts to the metadata leader every
+``period_s`` as one batch with a sequence number (``FlushUsage`` on
+NodeService, or a local ``RecordUsage`` on the leader itself). The batch
+is kept until the leader says it is applied; a retry carries the same
+sequence, so a flush is counted once even when its answer was lost.
+
+What a crash loses: a node killed with SIGKILL loses what it counted since
+its last applied flush (at most ``period_s`` of its requests plus a flush in
+flight). A stopped node (SIGTERM) flushes once more after its server has
+stopped taking requests. Sequences are ``boot time in ms * 10**6 + n``, so a
+restarted node's flushes are newer than its previous life's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from raft_queue import errors
+from raft_queue._proto.raft_queue.v1 import admin_pb2
+from raft_queue.core import metadata as meta
+from raft_queue.core import usage as u
+from raft_queue.server.api.quota import QuotaGate
+
+log = logging.getLogger(__name__)
+
+_Q = "/raft_queue.v1.QueueService/"
+#: Method -> usage operation (other methods are not counted).
+METERED = {_Q + "Send": u.SEND, _Q + "Receive": u.RECEIVE, _Q + "Ack": u.ACK, _Q + "Read": u.READ}
+
+
+class UsageCounter:
+    def __init__(self, wall_ms: Callable[[], int] | None = None) -> None:
+        self._wall_ms = wall_ms or (lambda: int(time.time() * 1000))
+        self._counts: dict[u.Key, u.Counts] = {}
+        self._pending: tuple[int, tuple[u.Row, ...]] | None = None
+        self._seq = self._wall_ms() * 1_000_000
+
+    def count(self, principal: str, queue: str, op: str, messages: int, nbytes: int) -> None:
+        key = (principal, queue, u.hour_of(self._wall_ms()), op)
+        c = self._counts.get(key)
+        if c is None:
+            c = self._counts[key] = [0, 0, 0]
+        c[0] += 1
+        c[1] += messages
+        c[2] += nbytes
+
+    def batch(self) -> tuple[int, tuple[u.Row, ...]] | None:
+        """The batch to flush: the unacknowledged one again, else a new one."""
+        if self._pending is None and self._counts:
+            self._seq += 1
+            self._pending = (self._seq, u.to_rows(self._counts))
+            self._counts = {}
+        return self._pending
+
+    def flushed(self, applied_seq: int) -> None:
+        if self._pending is not None and self._pending[0] <= applied_seq:
+            self._pending = None
+
+
+def _sizes(messages: Any) -> int:
+    return sum(len(m.body) for m in messages)
+
+
+def measure(op: str, request: Any, response: Any) -> tuple[int, int]:
+    """(messages, bytes) of one successful call (bytes: message bodies)."""
+    if op == u.SEND:
+        return len(request.entries), _sizes(request.entries)
+    if op == u.ACK:  # messages: the receipts acked (failures_only: all but ``failed``)
+        if response.failures_only:
+            return len(request.receipts) - len(response.failed), 0
+        return sum(1 for r in response.results if r.ok), 0
+    return len(response.messages), _sizes(response.messages)
+
+
+class Meter:
+    """Quota before, usage after, for calls a node takes from clients."""
+
+    def __init__(self, view: Callable[[], Any]) -> None:
+        self.gate = QuotaGate(view)
+        self.usage = UsageCounter()
+
+    def before(self, principal: str, method: str, request: Any) -> None:
+        if method != _Q + "Send":
+            return
+        nbytes = _sizes(request.entries)
+        try:
+            self.gate.check(principal, request.queue, len(request.entries), nbytes)
+        except errors.OverQuota:
+            self.usage.count(principal, request.queue, u.REJECTED_QUOTA, len(request.entries),
+                             nbytes)  # fmt: skip
+            raise
+
+    def after(self, principal: str, method: str, request: Any, response: Any) -> None:
+        op = METERED.get(method)
+        if op is not None:
+            messages, nbytes = measure(op, request, response)
+            self.usage.count(principal, request.queue, op, messages, nbytes)
+
+    def rejected_auth(self, principal: str, queue: str) -> None:
+        self.usage.count(principal or "unauthenticated", queue, u.REJECTED_AUTH, 0, 0)
+
+
+def rows_pb(rows: Any) -> list[Any]:
+    return [admin_pb2.UsageRow(principal=r[0], queue=r[1], hour_ms=r[2], operation=r[3],
+                               requests=r[4], messages=r[5], bytes=r[6]) for r in rows]  # fmt: skip
+
+
+def rows_of(pbs: Any) -> tuple[u.Row, ...]:
+    return tuple((r.principal, r.queue, r.hour_ms, r.operation, r.requests, r.messages, r.bytes)
+                 for r in pbs)  # fmt: skip
+
+
+async def record(node: Any, node_id: str, seq: int, rows: tuple[u.Row, ...]) -> int:
+    """On the metadata leader: apply one batch; the node's last applied sequence."""
+    return int(await node.submit_metadata(meta.RecordUsage(node_id, seq, rows)))
+
+
+def get_usage(node: Any, req: Any) -> Any:
+    """GetUsage: from the metadata leader's view (usage does not bump the
+    view's version, so only the metadata replicas' copies are current)."""
+    md = node.metadata
+    if md is None or not md.is_leader():
+        raise errors.NotLeader("not the metadata leader", node.metadata_leader_address())
+    rows = node.view.usage(req.principal, req.queue, req.since_ms)
+    return admin_pb2.GetUsageResponse(rows=rows_pb(rows))
+
+
+class UsageFlusher:
+    def __init__(self, cluster: Any, counter: UsageCounter, period_s: float = 1.0) -> None:
+        self.cluster = cluster
+        self.counter = counter
+        self.period_s = period_s
+
+    async def flush(self) -> bool:
+        """Send the pending batch once; whether nothing is left pending."""
+        batch = self.counter.batch()
+        if batch is None:
+            return True
+        seq, rows = batch
+        node = self.cluster.node
+        if node.metadata is not None and node.metadata.is_leader():
+            applied = await record(node, node.id, seq, rows)
+        else:
+            address = node.metadata_leader_address()
+            if not address or address == node.address:
+                return False
+            req = admin_pb2.FlushUsageRequest(node=node.id, seq=seq, rows=rows_pb(rows))
+            ans = await self.cluster.peers.node(address).FlushUsage(req, timeout=3.0)
+            applied = ans.applied_seq
+        self.counter.flushed(applied)
+        return self.counter.batch() is None
+
+    async def run_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.period_s)
+            try:
+                await self.flush()
+            except Exception as exc:  # the next round retries the same batch
+                log.debug("usage flush failed: %s", exc)
+
+    async def final(self, timeout_s: float = 3.0) -> None:
+        """On a clean stop: flush until nothing is pending, within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if await self.flush():
+                    return
+            except Exception as exc:
+                log.debug("final usage flush failed: %s", exc)
+            await asyncio.sleep(0.1)
+        log.warning("usage not flushed before stopping: counts since the last flush are lost")
