@@ -56,6 +56,7 @@ STATUS_CODES: dict[type[errors.QueueError], grpc.StatusCode] = {
     errors.OutOfRange: grpc.StatusCode.OUT_OF_RANGE,
     errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     errors.ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    errors.OverQuota: grpc.StatusCode.RESOURCE_EXHAUSTED,  # with retry-after-ms
     errors.Internal: grpc.StatusCode.INTERNAL,
     # A server running against the wrong dependency version cannot serve until
     # it is redeployed: the system is not in a state to run the request.
