@@ -140,10 +140,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             queue = getattr(request, field) if field else ""
             identity = await self._admit(method, op, None if listing else queue, context)
             if not audited:
-                if self.meter is None or VERIFIED_NODE.get() is not None:
+                if self.meter is not None and VERIFIED_NODE.get() is None:  # a client's call
+                    response = await self._metered(identity.name, method, inner, request, context)
+                else:
                     response = await inner(request, context)
-                    return _visible(identity, response) if listing else response
-                return await self._metered(identity.name, method, inner, request, context)
+                return _visible(identity, response) if listing else response
             target = _target(request)
             try:
                 response = await inner(request, context)
@@ -161,13 +162,13 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         """A client's call taken here: quota first (nothing applied when over),
         usage counted once it answered OK."""
         try:
-            self.meter.before(who, method, request)
+            size = self.meter.before(who, method, request)
         except QueueError as exc:
             await abort_with(context, exc)
         response = await inner(request, context)
         code = context.code() if callable(getattr(context, "code", None)) else None
         if code in (None, grpc.StatusCode.OK):
-            self.meter.after(who, method, request, response)
+            self.meter.after(who, method, request, response, size)
         return response
 
     def _stream(self, method: str, inner: Any) -> Any:

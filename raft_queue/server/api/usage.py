@@ -65,19 +65,18 @@ class UsageCounter:
             self._pending = None
 
 
-def _sizes(messages: Any) -> int:
-    return sum(len(m.body) for m in messages)
-
-
 def measure(op: str, request: Any, response: Any) -> tuple[int, int]:
-    """(messages, bytes) of one successful call (bytes: message bodies)."""
+    """(messages, bytes) of one successful call. Bytes: the size on the wire
+    of the request (send, ack) or the response (receive, read): bodies, keys,
+    headers and protobuf framing; ``ByteSize`` walks the message in C (about
+    60 ns a message), where summing bodies in Python took 3.5 times that."""
     if op == u.SEND:
-        return len(request.entries), _sizes(request.entries)
+        return len(request.entries), request.ByteSize()
     if op == u.ACK:  # messages: the receipts acked (failures_only: all but ``failed``)
         if response.failures_only:
-            return len(request.receipts) - len(response.failed), 0
-        return sum(1 for r in response.results if r.ok), 0
-    return len(response.messages), _sizes(response.messages)
+            return len(request.receipts) - len(response.failed), request.ByteSize()
+        return sum(1 for r in response.results if r.ok), request.ByteSize()
+    return len(response.messages), response.ByteSize()
 
 
 class Meter:
@@ -87,20 +86,29 @@ class Meter:
         self.gate = QuotaGate(view)
         self.usage = UsageCounter()
 
-    def before(self, principal: str, method: str, request: Any) -> None:
+    def before(self, principal: str, method: str, request: Any) -> int:
+        """Charge a Send to the quota (OverQuota: nothing charged); returns its
+        size for ``after`` (0 for other calls), so it is computed once."""
         if method != _Q + "Send":
-            return
-        nbytes = _sizes(request.entries)
+            return 0
+        nbytes = request.ByteSize()
         try:
             self.gate.check(principal, request.queue, len(request.entries), nbytes)
         except errors.OverQuota:
             self.usage.count(principal, request.queue, u.REJECTED_QUOTA, len(request.entries),
                              nbytes)  # fmt: skip
             raise
+        return int(nbytes)
 
-    def after(self, principal: str, method: str, request: Any, response: Any) -> None:
+    def after(
+        self, principal: str, method: str, request: Any, response: Any, size: int = 0
+    ) -> None:
         op = METERED.get(method)
-        if op is not None:
+        if op is None:
+            return
+        if op == u.SEND and size:
+            self.usage.count(principal, request.queue, op, len(request.entries), size)
+        else:
             messages, nbytes = measure(op, request, response)
             self.usage.count(principal, request.queue, op, messages, nbytes)
 
