@@ -34,6 +34,7 @@ from raft_queue.errors import PermissionDenied, QueueError, Unauthenticated
 from raft_queue.security.audit import AuditLog
 from raft_queue.security.identity import Authenticator, Identity
 from raft_queue.security.node_identity import VERIFIED_NODE
+from raft_queue.server.api.usage import METERED
 from raft_queue.server.status import abort_with
 
 log = logging.getLogger(__name__)
@@ -118,10 +119,14 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     # ---- wrapping --------------------------------------------------------------------
     def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         if handler.unary_unary is not None:
+            load, dump = handler.request_deserializer, handler.response_serializer
+            if self.meter is not None and method in METERED:  # sizes for usage, for free
+                load = self.meter.sized_deserializer(load)
+                dump = self.meter.counting_serializer(dump)
             return grpc.unary_unary_rpc_method_handler(
                 self._unary(method, handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
+                request_deserializer=load,
+                response_serializer=dump,
             )
         if handler.stream_stream is not None:
             return grpc.stream_stream_rpc_method_handler(
