@@ -3,7 +3,8 @@ and usage cost"): CPU time of ``Meter.before`` (the quota check) and
 ``Meter.after`` (the usage count), the two calls the API door adds to a
 client's Send, with no quota in the cluster, with quotas for other
 principals only, and with a (high) quota on the caller and its queue; for a
-1-message Send and a 4,096-message one (W2's batch).
+1-message Send and a 4,096-message one (W2's batch). The request's size
+comes from the deserializer (``REQUEST_BYTES``), as in the node.
 ``python -m raft_queue.bench.quota_cost [REPEAT]``.
 """
 
@@ -15,7 +16,7 @@ from typing import Any
 
 from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.core import metadata as meta
-from raft_queue.server.api.usage import Meter
+from raft_queue.server.api.usage import REQUEST_BYTES, Meter
 
 SEND = "/raft_queue.v1.QueueService/Send"
 
@@ -28,9 +29,10 @@ def _view(quotas: list[meta.SetQuota]) -> meta.MetadataMachine:
 
 
 def _per_call_us(meter: Meter, request: Any, response: Any, calls: int) -> float:
-    before, after = meter.before, meter.after
+    before, after, wire = meter.before, meter.after, request.ByteSize()
     start = time.process_time()
     for _ in range(calls):
+        REQUEST_BYTES.set(wire)  # what the door's deserializer does (len of the raw request)
         size = before("alice", SEND, request)
         after("alice", SEND, request, response, size)
     return (time.process_time() - start) / calls * 1e6

@@ -60,10 +60,11 @@ def merge(table: dict[Key, Counts], rows: Iterable[Row]) -> None:
 def select(
     table: dict[Key, Counts], principal: str = "", queue: str = "", since_ms: int = 0
 ) -> list[Row]:
-    """Rows matching the filters ("" = any), by principal, queue, hour, op."""
+    """Rows matching the filters ("" = any), by principal, queue, hour, op.
+    Copies the table in one C call first (another thread may be merging)."""
     return [
         (*k, *v)  # type: ignore[misc]
-        for k, v in sorted(table.items())
+        for k, v in sorted(list(table.items()))
         if (not principal or k[0] == principal)
         and (not queue or k[1] == queue)
         and k[2] + HOUR_MS > since_ms

@@ -166,12 +166,13 @@ async def record(node: Any, node_id: str, seq: int, rows: tuple[u.Row, ...]) -> 
 
 
 def get_usage(node: Any, req: Any) -> Any:
-    """GetUsage: from the metadata leader's view (usage does not bump the
-    view's version, so only the metadata replicas' copies are current)."""
+    """GetUsage: from the metadata leader's live machine. Usage does not bump
+    the view's version, so the published copies (``node.view``) are not
+    remade for it; ``usage`` copies the rows at once (under the GIL)."""
     md = node.metadata
     if md is None or not md.is_leader():
         raise errors.NotLeader("not the metadata leader", node.metadata_leader_address())
-    rows = node.view.usage(req.principal, req.queue, req.since_ms)
+    rows = md.machine.usage(req.principal, req.queue, req.since_ms)
     return admin_pb2.GetUsageResponse(rows=rows_pb(rows))
 
 
