@@ -231,3 +231,29 @@ def test_sdk_says_over_quota_once_its_deadline_passes():
         r.run(attempt)
     assert "over quota for principal 'a'" in str(info.value)
     assert "retried for 2." in str(info.value) and clock() < 3
+
+
+def test_async_sdk_waits_on_over_quota_too(monkeypatch):
+    import asyncio
+
+    from raft_queue.client import retry
+
+    clock = FakeClock()
+    answers: list[object] = [errors.OverQuota("over quota", 300)] * 3 + ["ok"]
+
+    async def attempt(_timeout_s: float) -> str:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return str(answer)
+
+    waits: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        waits.append(seconds)
+        clock.advance(seconds)
+
+    r = Retrier(retries=0, timeout_s=30, clock=clock, rng=random.Random(1))
+    monkeypatch.setattr(retry.asyncio, "sleep", fake_sleep)
+    assert asyncio.run(r.run_async(attempt)) == "ok"
+    assert len(waits) == 3 and all(0.3 <= w <= 0.33 for w in waits)
