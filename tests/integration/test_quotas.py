@@ -293,3 +293,25 @@ def test_usage_counts_quota_and_auth_rejections(cluster, admin):
     with hal, pytest.raises(errors.PermissionDenied):
         hal.send("qt.raw", b"not mine")
     wait_usage(admin, "hal", "qt.raw", "rejected_auth", (1, 0, 0))
+
+
+def test_flush_usage_is_a_node_call_naming_its_own_node(cluster, admin):
+    """A client token cannot add usage, and a node cannot flush as another."""
+    from raft_queue._proto.raft_queue.v1 import admin_pb2
+    from raft_queue.security.node_identity import NodeSigner
+    from raft_queue.security.secret import load_secret
+
+    path = "/raft_queue.v1.NodeService/FlushUsage"
+    row = admin_pb2.UsageRow(principal="mallory", queue="q", hour_ms=0, operation="send",
+                             requests=1, messages=10**6, bytes=1)  # fmt: skip
+    data = admin_pb2.FlushUsageRequest(node="n2", seq=1, rows=[row]).SerializeToString()
+    signer = NodeSigner(load_secret(cluster.secret_path), "n1")
+    for address in [s.address for s in cluster.specs]:
+        with grpc.insecure_channel(address) as ch:
+            call = ch.unary_unary(path, request_serializer=None, response_deserializer=None)
+            for metadata in ((("authorization", f"Bearer {cluster.token}"),),
+                             signer.metadata(path, data, time.time())):  # fmt: skip
+                with pytest.raises(grpc.RpcError) as info:
+                    call(data, metadata=tuple(metadata), timeout=10)
+                assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert admin.usage(principal="mallory") == []
