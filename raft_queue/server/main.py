@@ -39,6 +39,7 @@ from raft_queue.server.admin_service import AdminService
 from raft_queue.server.api import door
 from raft_queue.server.api.auth import door_for
 from raft_queue.server.api.concurrency import ConcurrencyLimit, server_options
+from raft_queue.server.api.usage import UsageFlusher
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.housekeeping import Housekeeper
 from raft_queue.server.liveness import Liveness
@@ -137,6 +138,8 @@ async def serve(config: config_mod.NodeConfig) -> None:
         asyncio.create_task(liveness.run_forever()),
         asyncio.create_task(mover.run_forever()),
     ]
+    usage = UsageFlusher(cluster, tokens.meter.usage)  # server/api/usage.py
+    tasks.append(asyncio.create_task(usage.run_forever()))
     # Polls a voter's copy while this node has no (caught-up) metadata replica:
     # not a voter, or added or removed as one (server/controllers.py).
     tasks.append(asyncio.create_task(follow_metadata(cluster)))
@@ -154,6 +157,7 @@ async def serve(config: config_mod.NodeConfig) -> None:
     for t in tasks:
         t.cancel()
     await server.stop(2.0)
+    await usage.final()
     await observe.close()
     await cluster.peers.close()
     tokens.close()

@@ -172,6 +172,8 @@ class Node:
         """Driver thread: publish a read-only copy and wake the reconciler. A
         joining replica's older states are not published (the view only grows)."""
         assert self.metadata is not None
+        if self.metadata.machine.version == self.view.version and not self.metadata_joining:
+            return  # e.g. a usage batch: no view change, no copy (usage is read live)
         view = meta.MetadataMachine.from_bytes(self.metadata.machine.to_bytes())
         if view.version < self.view.version:
             return
