@@ -68,6 +68,9 @@ class CampaignConfig:
     calm_s: tuple[float, float] = (3.0, 6.0)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     keep_data: bool = False
+    # Messages/s allowed to the workload's principal (``admin``) while faults
+    # run; 0 = no quota (docs/operations.md "Quotas and usage").
+    quota_messages_per_s: int = 0
 
 
 def disk_setup(config: CampaignConfig) -> tuple[dict[str, int], dict[str, Any]]:
@@ -201,6 +204,7 @@ def replay_command(config: CampaignConfig) -> str:
     """The command line that replays ``config``'s schedule."""
     cmd = f"python -m chaos.campaign --duration {config.duration_s:.0f} --seed {config.seed}"
     cmd += f" --nodes {config.nodes}" + (" --fifo" if config.ordering == "fifo" else "")
+    cmd += f" --quota {config.quota_messages_per_s}" if config.quota_messages_per_s else ""
     if sorted(config.nemeses) != sorted(FACTORIES):
         cmd += f" --nemesis {','.join(config.nemeses)}"
     return cmd
@@ -229,6 +233,8 @@ def create_queue(cluster: ChaosCluster, config: CampaignConfig) -> None:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
+        if config.quota_messages_per_s:  # the workload and checker run as ``admin``
+            client.set_quota("admin", messages_per_s=config.quota_messages_per_s, burst_s=1.0)
     if wait_healthy(cluster, config.workload.queue, config.partitions, 60) is None:
         raise TimeoutError("cluster not healthy 60 s after creating the queue")
 
@@ -436,6 +442,7 @@ def parse_args(argv: list[str] | None) -> CampaignConfig:
     add("--nemesis", default=",".join(FACTORIES), help="subset of: " + ", ".join(FACTORIES))
     add("--fifo", action="store_true", help="a FIFO queue; also checks per-key order")
     add("--keep-data", action="store_true", help="keep node data even when valid")
+    add("--quota", type=int, default=0, help="messages/s quota on the workload's principal")
     args = parser.parse_args(argv)
     names = [n for n in args.nemesis.split(",") if n]
     unknown = [n for n in names if n not in FACTORIES]
@@ -445,6 +452,7 @@ def parse_args(argv: list[str] | None) -> CampaignConfig:
     return CampaignConfig(
         duration_s=args.duration, seed=seed, nodes=args.nodes, out=args.out, nemeses=names,
         ordering="fifo" if args.fifo else "none", keep_data=args.keep_data,
+        quota_messages_per_s=args.quota,
     )  # fmt: skip
 
 

@@ -82,6 +82,16 @@ class ResourceExhausted(QueueError):
     retryable = True
 
 
+class OverQuota(ResourceExhausted):
+    """A principal's quota is spent (docs/operations.md "Quotas and usage").
+    Nothing was applied; ``retry_after_ms`` says when the same request would
+    pass (the ``retry-after-ms`` trailer; the SDK waits that long and retries)."""
+
+    def __init__(self, message: str, retry_after_ms: int = 0) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
+
+
 class Internal(QueueError):
     """A bug or an unexpected library failure; logged with its traceback."""
 

@@ -22,6 +22,7 @@ from raft_queue.cli.controller import controller
 from raft_queue.cli.messages import ack, history, nack, read, receive, send, tail
 from raft_queue.cli.partitions import leaders, partitions
 from raft_queue.cli.queue import queue
+from raft_queue.cli.quota import quota, usage
 from raft_queue.cli.tls import tls_arguments, tls_options
 from raft_queue.client import Client
 from raft_queue.errors import QueueError
@@ -117,7 +118,7 @@ def main(
 
 
 _COMMANDS = (cluster, controller, queue, partitions, leaders, send, receive, ack, nack, read,
-             tail, history, principal, grant, secret)  # fmt: skip
+             tail, history, principal, grant, secret, quota, usage)  # fmt: skip
 for _command in _COMMANDS:
     main.add_command(_command)
 

@@ -118,3 +118,29 @@ class AdminSurface:
         """Take back ``operations`` on ``pattern`` (all of them when empty)."""
         req = admin_pb2.GrantRequest(principal=principal, pattern=pattern, operations=operations)
         return self._run(_admin("RemoveGrant", req))
+
+    # ---- quotas and usage (docs/operations.md "Quotas and usage") --------------
+
+    def set_quota(
+        self, principal: str, messages_per_s: int = 0, bytes_per_s: int = 0,
+        burst_s: float = 1.0, queue: str = "",
+    ) -> Any:  # fmt: skip
+        """Set ``principal``'s quota (on ``queue``; "" = all its queues
+        together); 0 = no limit on that measure. Returns a ``QuotaInfo``."""
+        req = admin_pb2.QuotaInfo(principal=principal, queue=queue, messages_per_s=messages_per_s,
+                                  bytes_per_s=bytes_per_s, burst_s=burst_s)  # fmt: skip
+        return self._run(_admin("SetQuota", req, mutating=False))  # same request = same result
+
+    def remove_quota(self, principal: str, queue: str = "") -> Any:
+        req = admin_pb2.RemoveQuotaRequest(principal=principal, queue=queue)
+        return self._run(_admin("RemoveQuota", req))
+
+    def list_quotas(self, principal: str = "") -> list[Any]:
+        req = admin_pb2.ListQuotasRequest(principal=principal)
+        return list(self._run(_admin("ListQuotas", req, mutating=False)).quotas)
+
+    def usage(self, principal: str = "", queue: str = "", since_ms: int = 0) -> list[Any]:
+        """Usage rows (``UsageRow``) per principal, queue, hour and operation,
+        as flushed to the metadata group (nodes flush about every second)."""
+        req = admin_pb2.GetUsageRequest(principal=principal, queue=queue, since_ms=since_ms)
+        return list(self._run(_admin("GetUsage", req, mutating=False)).rows)

@@ -24,6 +24,7 @@ from raft_queue import errors
 from raft_queue.config import IMMUTABLE_QUEUE_FIELDS, QueueSpec, check_name, check_queue_name
 from raft_queue.core import metadata_controllers as controllers
 from raft_queue.core import metadata_principals as principals
+from raft_queue.core import metadata_quotas as quotas
 from raft_queue.core.metadata_commands import (
     CreatePrincipal,
     CreateQueue,
@@ -35,12 +36,15 @@ from raft_queue.core.metadata_commands import (
     FinishMove,
     GrantAccess,
     MetaCommand,
+    RecordUsage,
     RegisterNode,
+    RemoveQuota,
     RevokeAccess,
     RotatePrincipal,
     SetAssignment,
     SetMovePhase,
     SetNodeState,
+    SetQuota,
     StartControllerChange,
     StartMove,
     UpdateQueue,
@@ -71,11 +75,11 @@ __all__ = [
     "QueueRecord", "RegisterNode", "ReplicaRef", "SetAssignment", "SetMovePhase", "SetNodeState",
     "StartControllerChange", "StartMove", "UpdateQueue", "decode_meta", "encode_meta",
     "CreatePrincipal", "DeletePrincipal", "RotatePrincipal", "GrantAccess", "RevokeAccess",
-    "Principal",
+    "Principal", "SetQuota", "RemoveQuota", "RecordUsage",
 ]  # fmt: skip
 
 
-class MetadataMachine:
+class MetadataMachine(quotas.QuotasAndUsage):
     """The metadata state; only ``apply`` changes it (on the Raft apply thread).
     Query results are immutable values, safe to hand to other threads.
     """
@@ -88,6 +92,7 @@ class MetadataMachine:
         self._controllers: dict[str, str] = {}  # node id -> metadata Raft address
         self._controller_change: ControllerChange | None = None
         self._principals: dict[str, Principal] = {}
+        self._init_quotas()
         self._next_uid = 1
         self.version = 0
 
@@ -440,6 +445,7 @@ class MetadataMachine:
             "controllers": [[n, a] for n, a in self.controllers().items()],
             "controller_change": _plain_change(self._controller_change),
             "principals": [principals.to_plain(p) for p in self.principals()],
+            **self._quotas_to_plain(),
         })  # fmt: skip
 
     @classmethod
@@ -463,6 +469,7 @@ class MetadataMachine:
             machine._controller_change = ControllerChange(*change) if change else None
             for p in obj.get("principals", ()):
                 machine._principals[p["name"]] = principals.from_plain(p)
+            machine._quotas_from_plain(obj)
         except (ValueError, KeyError, TypeError, errors.InvalidArgument) as exc:
             raise errors.Internal(f"bad metadata snapshot: {exc!r}") from exc
         return machine

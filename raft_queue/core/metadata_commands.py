@@ -193,18 +193,46 @@ class RevokeAccess:
     operations: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class SetQuota:
+    """Set (or replace) the quota of ``principal`` (on ``queue``; "" = all
+    its queues together): core/quotas.py."""
+
+    principal: str
+    queue: str
+    messages_per_s: int
+    bytes_per_s: int
+    burst_s: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveQuota:
+    principal: str
+    queue: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordUsage:
+    """One node's usage batch (core/usage.py); applied once per ``(node_id, seq)``."""
+
+    node_id: str
+    seq: int
+    rows: tuple[tuple[Any, ...], ...]
+
+
 MetaCommand = (
     RegisterNode | SetNodeState | CreateQueue | UpdateQueue | DeleteQueue | SetAssignment
     | StartMove | SetMovePhase | FinishMove | DropMove
     | StartControllerChange | FinishControllerChange | DropControllerChange
     | CreatePrincipal | DeletePrincipal | RotatePrincipal | GrantAccess | RevokeAccess
+    | SetQuota | RemoveQuota | RecordUsage
 )  # fmt: skip
 _COMMANDS: dict[str, type[Any]] = {
     cls.__name__: cls
     for cls in (RegisterNode, SetNodeState, CreateQueue, UpdateQueue, DeleteQueue, SetAssignment,
                 StartMove, SetMovePhase, FinishMove, DropMove, StartControllerChange,
                 FinishControllerChange, DropControllerChange, CreatePrincipal, DeletePrincipal,
-                RotatePrincipal, GrantAccess, RevokeAccess)
+                RotatePrincipal, GrantAccess, RevokeAccess, SetQuota, RemoveQuota, RecordUsage)
 }  # fmt: skip
 
 
@@ -256,6 +284,8 @@ def _typed(name: str, value: Any) -> Any:
         return tuple((str(node), str(address)) for node, address in value)
     if name == "operations":
         return tuple(str(op) for op in value)
+    if name == "rows":
+        return tuple(tuple(row) for row in value)
     return value
 
 

@@ -31,6 +31,7 @@ from typing import Any
 from pysyncobj.syncobj import _RAFT_STATE, FAIL_REASON
 
 from raft_queue import errors
+from raft_queue.observability import metrics
 from raft_queue.replication import snapshot
 from raft_queue.replication.diskfiles import drop_page_cache
 from raft_queue.replication.host import RaftHost
@@ -44,7 +45,10 @@ log = logging.getLogger(__name__)
 # Limits.max_request_bytes): big entries cost an encoding and a seal per
 # follower in one piece, and every other group on the node waits meanwhile.
 MAX_COMMANDS_PER_ENTRY = 512
-MAX_ENTRY_BYTES = 4 << 20
+MAX_ENTRY_BYTES = 4 << 20  # raft.append_entries_batch_bytes sets max_entry_bytes
+# Commands submitted and not yet proposed (raft.commands_queue_size sets
+# max_pending): one more is refused at once with ResourceExhausted.
+MAX_PENDING = 100_000
 
 
 # A submitted command waiting to be proposed: (command, its future, deadline
@@ -70,6 +74,8 @@ class ReplicatedGroup(SafeSyncObj):
 
     # Errors a command itself causes: the same on every replica.
     DETERMINISTIC: tuple[type[BaseException], ...] = (errors.InvalidArgument,)
+    max_pending = MAX_PENDING
+    max_entry_bytes = MAX_ENTRY_BYTES
 
     def __init__(
         self,
@@ -232,7 +238,18 @@ class ReplicatedGroup(SafeSyncObj):
             fut.set_exception(errors.Unavailable(f"{self.key}: replica {reason}"))
             return fut
         with self._lock:
-            self._pending.append((command, fut, time.monotonic() + timeout_s, early))
+            full = len(self._pending) >= self.max_pending
+            if not full:
+                self._pending.append((command, fut, time.monotonic() + timeout_s, early))
+        if full:  # backpressure: the caller retries later, nothing was queued
+            metrics.count_rejection("limits")
+            fut.set_exception(
+                errors.ResourceExhausted(
+                    f"{self.key}: {self.max_pending} commands wait to be proposed "
+                    f"(raft.commands_queue_size)"
+                )
+            )
+            return fut
         self._host.mark_active(self.key)
         return fut
 
@@ -257,7 +274,7 @@ class ReplicatedGroup(SafeSyncObj):
     def _propose(self, chunk: list[Pending]) -> None:
         commands = [c for c, _, _, _ in chunk]
         payload = self.encode_batch(commands)
-        if len(payload) > MAX_ENTRY_BYTES and len(chunk) > 1:
+        if len(payload) > self.max_entry_bytes and len(chunk) > 1:
             half = len(chunk) // 2
             self._propose(chunk[:half])
             self._propose(chunk[half:])

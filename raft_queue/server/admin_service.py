@@ -11,6 +11,8 @@ from typing import Any
 
 from raft_queue._proto.raft_queue.v1 import admin_pb2, admin_pb2_grpc
 from raft_queue.server.api.principals import Principals
+from raft_queue.server.api.quota import Quotas
+from raft_queue.server.api.usage import get_usage
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.controllers import controllers_pb
 from raft_queue.server.liveness import Liveness
@@ -27,6 +29,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         self.liveness = liveness
         self.ops = operations
         self.principals = Principals(cluster.node)
+        self.quotas = Quotas(cluster.node)
 
     @handled
     async def ClusterStatus(self, request: Any, context: Any) -> Any:  # noqa: N802
@@ -118,3 +121,20 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     @handled
     async def RemoveGrant(self, request: Any, context: Any) -> Any:  # noqa: N802
         return await self.principals.remove_grant(request)
+
+    # ---- quotas and usage (server/api/quota.py, usage.py) ------------------------------
+    @handled
+    async def SetQuota(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return await self.quotas.set(request)
+
+    @handled
+    async def RemoveQuota(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return await self.quotas.remove(request)
+
+    @handled
+    async def ListQuotas(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return self.quotas.list(request)
+
+    @handled
+    async def GetUsage(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return get_usage(self.c.node, request)

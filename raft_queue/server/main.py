@@ -38,6 +38,8 @@ from raft_queue.security.secret import node_secret
 from raft_queue.server.admin_service import AdminService
 from raft_queue.server.api import door
 from raft_queue.server.api.auth import door_for
+from raft_queue.server.api.concurrency import ConcurrencyLimit, server_options
+from raft_queue.server.api.usage import UsageFlusher
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.housekeeping import Housekeeper
 from raft_queue.server.liveness import Liveness
@@ -46,7 +48,7 @@ from raft_queue.server.mover import Mover
 from raft_queue.server.node import Node
 from raft_queue.server.node_service import NodeService, registration_loop
 from raft_queue.server.operations import Operations
-from raft_queue.server.peers import CHANNEL_OPTIONS, Peers
+from raft_queue.server.peers import Peers
 from raft_queue.server.queue_service import QueueService
 from raft_queue.server.tls import NodeTls
 
@@ -107,7 +109,8 @@ async def serve(config: config_mod.NodeConfig) -> None:
     # node identity before tokens, so a node's own forwarded work (signed, no
     # token) is known as that node when the token door looks.
     interceptors = [*observe.interceptors(), *door.interceptors(secret), tokens]
-    server = grpc.aio.server(options=CHANNEL_OPTIONS, interceptors=interceptors)
+    interceptors.append(ConcurrencyLimit(config.limits.max_concurrent_rpcs))  # after the doors
+    server = grpc.aio.server(options=server_options(config.limits), interceptors=interceptors)
     queue_service = QueueService(cluster)
     queue_pb2_grpc.add_QueueServiceServicer_to_server(queue_service, server)
     liveness = Liveness(node, config.cluster)
@@ -135,6 +138,8 @@ async def serve(config: config_mod.NodeConfig) -> None:
         asyncio.create_task(liveness.run_forever()),
         asyncio.create_task(mover.run_forever()),
     ]
+    usage = UsageFlusher(cluster, tokens.meter.usage)  # server/api/usage.py
+    tasks.append(asyncio.create_task(usage.run_forever()))
     # Polls a voter's copy while this node has no (caught-up) metadata replica:
     # not a voter, or added or removed as one (server/controllers.py).
     tasks.append(asyncio.create_task(follow_metadata(cluster)))
@@ -152,6 +157,7 @@ async def serve(config: config_mod.NodeConfig) -> None:
     for t in tasks:
         t.cancel()
     await server.stop(2.0)
+    await usage.final()
     await observe.close()
     await cluster.peers.close()
     tokens.close()

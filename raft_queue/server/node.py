@@ -36,6 +36,7 @@ from raft_queue.replication.metadata import MetadataReplica
 from raft_queue.replication.partition import PartitionReplica
 from raft_queue.replication.raft import check_version
 from raft_queue.security.secret import RAFT_LINK, derive_key
+from raft_queue.server.bounds import bound_replica
 from raft_queue.server.controllers import load_role
 from raft_queue.server.convert import partition_config
 from raft_queue.server.disk import DiskHealth
@@ -171,6 +172,8 @@ class Node:
         """Driver thread: publish a read-only copy and wake the reconciler. A
         joining replica's older states are not published (the view only grows)."""
         assert self.metadata is not None
+        if self.metadata.machine.version == self.view.version and not self.metadata_joining:
+            return  # e.g. a usage batch: no view change, no copy (usage is read live)
         view = meta.MetadataMachine.from_bytes(self.metadata.machine.to_bytes())
         if view.version < self.view.version:
             return
@@ -443,11 +446,13 @@ class Node:
             dial=self._dial,
             durability=durability,
             log_compaction_min_entries=self.config.raft.log_compaction_min_entries,
+            log_compaction_min_time_s=self.config.raft.log_compaction_min_time_s,
             preferred=self._is_preferred(key),
             bind_host=self.config.raft_host,
             link_key=self.raft_link_key,
         )
         replica.on_wake = self.wakeups.hook((key.queue, key.partition))
+        bound_replica(replica, self.config)
         replica.set_probe(metrics.probe_for(key.queue, key.partition))
         replica.on_failed = self.disk.replica_failed
         self.host.add(replica)

@@ -17,8 +17,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2, node_pb2_grpc
 from raft_queue.core import metadata as meta
+from raft_queue.server.api import usage
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.liveness import Liveness
 from raft_queue.server.members import member_change
@@ -67,6 +69,17 @@ class NodeService(node_pb2_grpc.NodeServiceServicer):
     @handled
     async def MemberChange(self, request: Any, context: Any) -> Any:  # noqa: N802
         return await member_change(self.node, request)
+
+    @handled
+    async def FlushUsage(self, request: Any, context: Any) -> Any:  # noqa: N802
+        """A node's usage batch (server/api/usage.py), on the metadata leader."""
+        md = self.node.metadata
+        if md is None or not md.is_leader():
+            raise errors.NotLeader("not the metadata leader", self.node.metadata_leader_address())
+        applied = await usage.record(
+            self.node, request.node, request.seq, usage.rows_of(request.rows)
+        )
+        return admin_pb2.FlushUsageResponse(applied_seq=applied)
 
 
 def heartbeat_request(node: Any) -> Any:

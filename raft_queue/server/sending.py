@@ -72,10 +72,13 @@ class Sender:
             )
         by_part = self._place_all(entries, q.spec.partitions)
         try:
-            blobs = {p: convert.record_blobs(entries, idx, q.spec) for p, idx in by_part.items()}
+            blobs = {
+                p: convert.record_blobs(entries, idx, q.spec, self.limits)
+                for p, idx in by_part.items()
+            }
         except errors.InvalidArgument:
             for i, entry in enumerate(entries):  # report the first bad entry, as in index order
-                convert.new_record(i, entry, q.spec)
+                convert.new_record(i, entry, q.spec, self.limits)
             raise
         results: list[Any] = [None] * len(entries)
         await asyncio.gather(

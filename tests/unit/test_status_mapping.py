@@ -34,6 +34,7 @@ EXPECTED_CODES = {
     errors.OutOfRange: C.OUT_OF_RANGE,
     errors.Unauthenticated: C.UNAUTHENTICATED,
     errors.ResourceExhausted: C.RESOURCE_EXHAUSTED,
+    errors.OverQuota: C.RESOURCE_EXHAUSTED,
     errors.Internal: C.INTERNAL,
     errors.OldEntryFormat: C.INTERNAL,
     errors.VersionMismatch: C.FAILED_PRECONDITION,
@@ -57,6 +58,8 @@ def sample(cls: type[errors.QueueError]) -> errors.QueueError:
         return cls("visibility_ms", "must be <= 43200000")
     if issubclass(cls, errors.NotLeader):
         return cls("partition orders/3 is led elsewhere", leader="10.0.0.7:7101")
+    if issubclass(cls, errors.OverQuota):
+        return cls("over quota for principal 'a' on queue 'q'", retry_after_ms=250)
     return cls(f"something {cls.__name__} happened")
 
 
@@ -86,6 +89,7 @@ def assert_same_error(got: errors.QueueError, sent: errors.QueueError) -> None:
         assert got.message == sent.message
     assert getattr(got, "field", None) == getattr(sent, "field", None)
     assert getattr(got, "leader", None) == getattr(sent, "leader", None)
+    assert getattr(got, "retry_after_ms", None) == getattr(sent, "retry_after_ms", None)
 
 
 # ---- server side -------------------------------------------------------------

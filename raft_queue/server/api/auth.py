@@ -9,6 +9,10 @@ runs, so a refused call reads and writes nothing.
   Subscribe is checked on every request of its stream that names a queue.
 - ListQueues shows a principal only the queues it holds a grant on.
 - Manage and admin operations, and every refusal, go to the audit log.
+- Quotas and usage (server/api/usage.py ``Meter``): a Send a client makes
+  here is charged to its principal's quota before the servicer runs; every
+  metered call a client makes here is counted once it answers OK. Calls
+  another node forwards (node-signed) were metered on that node.
 
 Other services (health, reflection) pass untouched. The caller's
 ``authorization`` value is kept in ``CALLER_AUTHORIZATION`` for the call's
@@ -30,6 +34,7 @@ from raft_queue.errors import PermissionDenied, QueueError, Unauthenticated
 from raft_queue.security.audit import AuditLog
 from raft_queue.security.identity import Authenticator, Identity
 from raft_queue.security.node_identity import VERIFIED_NODE
+from raft_queue.server.api.usage import METERED
 from raft_queue.server.status import abort_with
 
 log = logging.getLogger(__name__)
@@ -53,9 +58,12 @@ def _authorization(context: grpc.aio.ServicerContext) -> str:
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    def __init__(self, authenticator: Authenticator, audit: AuditLog | None = None) -> None:
+    def __init__(
+        self, authenticator: Authenticator, audit: AuditLog | None = None, meter: Any = None
+    ) -> None:
         self._auth = authenticator
         self._audit = audit
+        self.meter = meter
         self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
     async def intercept_service(
@@ -114,9 +122,13 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             identity = self._auth.authenticate(authorization, VERIFIED_NODE.get())
         except Unauthenticated as exc:
             self._audit_line("", op, method, queue or "", "unauthenticated", context)
+            if self.meter is not None:
+                self.meter.rejected_auth("", queue or "")
             await abort_with(context, exc)
         if queue is not None and not identity.allows(op, queue):
             self._audit_line(identity.name, op, method, queue, "denied", context)
+            if self.meter is not None:
+                self.meter.rejected_auth(identity.name, queue)
             await abort_with(context, _denied(identity, op, queue))
         CALLER_AUTHORIZATION.set(authorization)
         return identity
@@ -124,10 +136,14 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     # ---- wrapping --------------------------------------------------------------------
     def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         if handler.unary_unary is not None:
+            load, dump = handler.request_deserializer, handler.response_serializer
+            if self.meter is not None and method in METERED:  # sizes for usage, for free
+                load = self.meter.sized_deserializer(load)
+                dump = self.meter.counting_serializer(dump)
             return grpc.unary_unary_rpc_method_handler(
                 self._unary(method, handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
+                request_deserializer=load,
+                response_serializer=dump,
             )
         if handler.stream_stream is not None:
             return grpc.stream_stream_rpc_method_handler(
@@ -152,7 +168,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 self._audit_line(identity.name, access.MANAGE, method, queue, "denied", context)
                 await abort_with(context, _denied(identity, access.MANAGE, queue))
             if not audited:
-                response = await inner(request, context)
+                if self.meter is not None and VERIFIED_NODE.get() is None:  # a client's call
+                    response = await self._metered(identity.name, method, inner, request, context)
+                else:
+                    response = await inner(request, context)
                 return _visible(identity, response) if listing else response
             target = _target(request)
             try:
@@ -166,6 +185,19 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return response
 
         return behavior
+
+    async def _metered(self, who: str, method: str, inner: Any, request: Any, context: Any) -> Any:
+        """A client's call taken here: quota first (nothing applied when over),
+        usage counted once it answered OK."""
+        try:
+            size = self.meter.before(who, method, request)
+        except QueueError as exc:
+            await abort_with(context, exc)
+        response = await inner(request, context)
+        code = context.code() if callable(getattr(context, "code", None)) else None
+        if code in (None, grpc.StatusCode.OK):
+            self.meter.after(who, method, request, response, size)
+        return response
 
     def _stream(self, method: str, inner: Any) -> Any:
         """Subscribe: authenticated at once; each request that names a queue
@@ -225,6 +257,7 @@ def door_for(node: Any) -> AuthInterceptor:
 
     from raft_queue.security.audit import FILE_NAME
     from raft_queue.security.tokens import load_admin_hashes
+    from raft_queue.server.api.usage import Meter
 
     security = node.config.security
     admins = (
@@ -235,4 +268,5 @@ def door_for(node: Any) -> AuthInterceptor:
     elif not admins:
         log.warning("no security.admin_tokens_file: no client can administer this cluster")
     authenticator = Authenticator(lambda: node.view, admins, node.secret, security.insecure)
-    return AuthInterceptor(authenticator, AuditLog(Path(node.config.data_dir) / FILE_NAME))
+    meter = Meter(lambda: node.view)
+    return AuthInterceptor(authenticator, AuditLog(Path(node.config.data_dir) / FILE_NAME), meter)

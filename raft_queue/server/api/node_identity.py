@@ -54,7 +54,7 @@ NODE_SERVICE = "/" + node_pb2.DESCRIPTOR.services_by_name["NodeService"].full_na
 QUEUE_SERVICE = "/" + queue_pb2.DESCRIPTOR.services_by_name["QueueService"].full_name + "/"
 
 # Requests whose field must equal the signing node's id.
-IDENTITY_FIELDS = {NODE_SERVICE + "Heartbeat": "node"}
+IDENTITY_FIELDS = {NODE_SERVICE + "Heartbeat": "node", NODE_SERVICE + "FlushUsage": "node"}
 
 Clock = Callable[[], float]
 

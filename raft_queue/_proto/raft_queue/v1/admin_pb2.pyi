@@ -454,3 +454,87 @@ class GrantRequest(_message.Message):
     pattern: str
     operations: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, principal: _Optional[str] = ..., pattern: _Optional[str] = ..., operations: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class QuotaInfo(_message.Message):
+    __slots__ = ("principal", "queue", "messages_per_s", "bytes_per_s", "burst_s")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    BURST_S_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    queue: str
+    messages_per_s: int
+    bytes_per_s: int
+    burst_s: float
+    def __init__(self, principal: _Optional[str] = ..., queue: _Optional[str] = ..., messages_per_s: _Optional[int] = ..., bytes_per_s: _Optional[int] = ..., burst_s: _Optional[float] = ...) -> None: ...
+
+class ListQuotasRequest(_message.Message):
+    __slots__ = ("principal",)
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    def __init__(self, principal: _Optional[str] = ...) -> None: ...
+
+class ListQuotasResponse(_message.Message):
+    __slots__ = ("quotas",)
+    QUOTAS_FIELD_NUMBER: _ClassVar[int]
+    quotas: _containers.RepeatedCompositeFieldContainer[QuotaInfo]
+    def __init__(self, quotas: _Optional[_Iterable[_Union[QuotaInfo, _Mapping]]] = ...) -> None: ...
+
+class RemoveQuotaRequest(_message.Message):
+    __slots__ = ("principal", "queue")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    queue: str
+    def __init__(self, principal: _Optional[str] = ..., queue: _Optional[str] = ...) -> None: ...
+
+class UsageRow(_message.Message):
+    __slots__ = ("principal", "queue", "hour_ms", "operation", "requests", "messages", "bytes")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    HOUR_MS_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    queue: str
+    hour_ms: int
+    operation: str
+    requests: int
+    messages: int
+    bytes: int
+    def __init__(self, principal: _Optional[str] = ..., queue: _Optional[str] = ..., hour_ms: _Optional[int] = ..., operation: _Optional[str] = ..., requests: _Optional[int] = ..., messages: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class GetUsageRequest(_message.Message):
+    __slots__ = ("principal", "queue", "since_ms")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    queue: str
+    since_ms: int
+    def __init__(self, principal: _Optional[str] = ..., queue: _Optional[str] = ..., since_ms: _Optional[int] = ...) -> None: ...
+
+class GetUsageResponse(_message.Message):
+    __slots__ = ("rows",)
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    rows: _containers.RepeatedCompositeFieldContainer[UsageRow]
+    def __init__(self, rows: _Optional[_Iterable[_Union[UsageRow, _Mapping]]] = ...) -> None: ...
+
+class FlushUsageRequest(_message.Message):
+    __slots__ = ("node", "seq", "rows")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    seq: int
+    rows: _containers.RepeatedCompositeFieldContainer[UsageRow]
+    def __init__(self, node: _Optional[str] = ..., seq: _Optional[int] = ..., rows: _Optional[_Iterable[_Union[UsageRow, _Mapping]]] = ...) -> None: ...
+
+class FlushUsageResponse(_message.Message):
+    __slots__ = ("applied_seq",)
+    APPLIED_SEQ_FIELD_NUMBER: _ClassVar[int]
+    applied_seq: int
+    def __init__(self, applied_seq: _Optional[int] = ...) -> None: ...

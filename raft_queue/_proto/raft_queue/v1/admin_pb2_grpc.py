@@ -109,6 +109,26 @@ class AdminServiceStub:
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GrantRequest.SerializeToString,
                 response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PrincipalInfo.FromString,
                 _registered_method=True)
+        self.SetQuota = channel.unary_unary(
+                '/raft_queue.v1.AdminService/SetQuota',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.QuotaInfo.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.QuotaInfo.FromString,
+                _registered_method=True)
+        self.RemoveQuota = channel.unary_unary(
+                '/raft_queue.v1.AdminService/RemoveQuota',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.RemoveQuotaRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.QuotaInfo.FromString,
+                _registered_method=True)
+        self.ListQuotas = channel.unary_unary(
+                '/raft_queue.v1.AdminService/ListQuotas',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ListQuotasRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ListQuotasResponse.FromString,
+                _registered_method=True)
+        self.GetUsage = channel.unary_unary(
+                '/raft_queue.v1.AdminService/GetUsage',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetUsageRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetUsageResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -208,6 +228,31 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetQuota(self, request, context):
+        """Quotas (admin), on the metadata leader; usage, from the metadata leader.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveQuota(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListQuotas(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetUsage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -285,6 +330,26 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.RemoveGrant,
                     request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GrantRequest.FromString,
                     response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PrincipalInfo.SerializeToString,
+            ),
+            'SetQuota': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetQuota,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.QuotaInfo.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.QuotaInfo.SerializeToString,
+            ),
+            'RemoveQuota': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveQuota,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.RemoveQuotaRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.QuotaInfo.SerializeToString,
+            ),
+            'ListQuotas': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQuotas,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ListQuotasRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ListQuotasResponse.SerializeToString,
+            ),
+            'GetUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetUsage,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetUsageRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetUsageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -692,6 +757,114 @@ class AdminService:
             '/raft_queue.v1.AdminService/RemoveGrant',
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GrantRequest.SerializeToString,
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PrincipalInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetQuota(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.AdminService/SetQuota',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.QuotaInfo.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.QuotaInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveQuota(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.AdminService/RemoveQuota',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.RemoveQuotaRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.QuotaInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQuotas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.AdminService/ListQuotas',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ListQuotasRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ListQuotasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.AdminService/GetUsage',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetUsageRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetUsageResponse.FromString,
             options,
             channel_credentials,
             insecure,
