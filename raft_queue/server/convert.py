@@ -4,7 +4,7 @@ before anything is submitted, so bad input never reaches the Raft log."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from raft_queue import errors
@@ -13,7 +13,7 @@ from raft_queue.config import MAX_MESSAGE_DELAY_MS, QueueSpec
 from raft_queue.core.commands import MAX_REQUEST_ID_BYTES, NewRecord, PartitionConfig
 from raft_queue.core.records import plain_blob, to_blob
 from raft_queue.core.results import LeaseResult
-from raft_queue.core.segments import HAS_DEDUP, HAS_KEY, Segment, Summary, summarize
+from raft_queue.core.segments import HAS_DEDUP, HAS_KEY, SEALED, Segment, Summary, summarize
 from raft_queue.observability import metrics
 from raft_queue.server.receipts import Receipts
 
@@ -30,6 +30,7 @@ DURABILITY = {
 }
 ORDERING = {"none": queue_pb2.ORDERING_NONE, "fifo": queue_pb2.ORDERING_FIFO}
 _SPEC_FIELDS = (
+    "encryption",
     "partitions",
     "replication_factor",
     "visibility_timeout_ms",
@@ -213,7 +214,12 @@ def message_pb(queue: str, partition: int, rec: Any, receipt: str = "", count: i
 
 
 def lease_messages(
-    queue: str, partition: int, uid: int, result: LeaseResult, receipts: Receipts
+    queue: str,
+    partition: int,
+    uid: int,
+    result: LeaseResult,
+    receipts: Receipts,
+    opener: Callable[[Segment, int, int], list[Any]] | None = None,
 ) -> list[Any]:
     """The Messages (with receipts, made by ``receipts``) of a Lease's result:
     one per leased record, in offset order. Records of a segment without
@@ -228,7 +234,13 @@ def lease_messages(
         handles = receipts.span(queue, uid, partition, span.offset, span.count, span.epoch)
         count, ts = span.receive_count, seg.timestamp_ms
         if seg.flags:
-            for rec, receipt in zip(seg.records(i, i + span.count), handles, strict=True):
+            if seg.flags & SEALED:  # encrypted at rest: ``opener`` decrypts (NodeCrypto)
+                if opener is None:
+                    raise errors.Internal("a sealed segment without an opener")
+                recs = opener(seg, i, i + span.count)
+            else:
+                recs = seg.records(i, i + span.count)
+            for rec, receipt in zip(recs, handles, strict=True):
                 add(message_pb(queue, partition, rec, receipt, count))
             continue
         bodies = seg.bodies(i, i + span.count)

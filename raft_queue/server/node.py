@@ -75,6 +75,8 @@ class Node:
         self.config = config
         # The cluster secret (security/secret.py); None only with security.insecure.
         self.secret = secret
+        # Encryption at rest (security/keyring.py; server/main.py sets it): None = off.
+        self.key_provider: Any = None
         self.id = config.node_id
         self.address = config.advertise_address or f"{config.grpc_host}:{config.grpc_port}"
         self._dial = dial

@@ -53,8 +53,9 @@ class Reader:
             if res.records or remaining <= 0:
                 break
             await self.c.wakeups.wait(keys, seen, remaining)
+        records = self.c.crypto.open_read(q, part, replica, res.records)
         return queue_pb2.ReadResponse(
-            messages=[convert.message_pb(q.name, part, r) for r in res.records],
+            messages=[convert.message_pb(q.name, part, r) for r in records],
             next_offset=res.next_offset if res.records else offset,
             earliest_offset=res.earliest_offset,
             latest_offset=res.latest_offset,

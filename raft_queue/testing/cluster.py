@@ -171,11 +171,21 @@ class LocalCluster:
     def secret_path(self) -> Path:
         return self.base_dir / "cluster.secret"
 
+    @property
+    def keyring_path(self) -> Path:
+        return self.base_dir / "keyring.json"
+
     def write_configs(self) -> None:
+        from raft_queue.security.keyring import generate_keyring_file
         from raft_queue.security.secret import generate_secret_file
 
         generate_secret_file(self.secret_path)
-        security = {"cluster_secret_file": str(self.secret_path), **self.security}
+        generate_keyring_file(self.keyring_path)  # encryption at rest: one master key
+        security = {
+            "cluster_secret_file": str(self.secret_path),
+            "keyring_file": str(self.keyring_path),
+            **self.security,
+        }
         voters = [s for s in self.specs if s.controller]
         controllers = [f'"{s.node_id}=127.0.0.1:{s.metadata_port}"' for s in voters]
         seeds = [f'"{s.address}"' for s in voters]

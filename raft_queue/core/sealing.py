@@ -1,0 +1,153 @@
+"""Sealed segments: the framing of encryption at rest (pure; no cipher here).
+
+The records of one Append (one partition of one Send) are sealed as ONE
+AEAD message: what the state machine must see stays in the clear in each
+blob's head (delay_ms, dedup_id, key: FIFO, dedup and timers need them),
+and what it never looks at (each record's headers and body, its *secret*)
+is encrypted together. A sealed blob is::
+
+    >QHHH delay_ms, len(dedup_id), len(key), 0   (headers are inside the seal)
+    dedup_id, key                                (clear)
+    body: [ENVELOPE if first record] + ciphertext piece
+
+where the pieces, in record order, are the ciphertext of the concatenated
+secrets (GCM is a counter mode, so each piece is exactly as long as its
+record's secret: ``>H`` header count, the headers as in ``records``, the
+body). ENVELOPE is ``>BI12s16s``: version, data-key id, nonce, tag. The
+segment carries the SEALED flag. The associated data binds the batch to
+its place and its clear parts: queue uid, partition, key id, record count,
+every record's secret length and clear head; moving a piece, a record or a
+whole batch to another queue or partition fails the tag.
+
+The cipher itself (``security/encryption.py``) is passed in as functions,
+so this module stays free of I/O and of outside libraries.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from raft_queue.core.records import BLOB_HEADER_SIZE, StoredRecord
+from raft_queue.core.segments import HAS_HEADERS, SEALED, Segment, Summary
+from raft_queue.core.wire import Malformed, Reader
+
+ENVELOPE = struct.Struct(">BI12s16s")  # version, key id, nonce, tag
+SEAL_VERSION = 1
+_BLOB = struct.Struct(">QHHH")
+_COUNT = struct.Struct(">H")
+_AAD = struct.Struct(">QIII")  # uid, partition, key id, records
+_AAD_TAG = b"raftq/sealed-batch/v1"
+
+#: ``encrypt(plaintext, aad) -> (nonce, ciphertext, tag)``
+Encrypt = Callable[[bytes, bytes], tuple[bytes, bytes, bytes]]
+#: ``decrypt(key_id, nonce, ciphertext, tag, aad) -> plaintext`` (raises on a bad tag)
+Decrypt = Callable[[int, bytes, bytes, bytes, bytes], bytes]
+
+
+def associated_data(
+    uid: int, partition: int, key_id: int, heads: Sequence[bytes], lengths: Sequence[int]
+) -> bytes:
+    n = len(lengths)
+    return b"".join(
+        (_AAD_TAG, _AAD.pack(uid, partition, key_id, n), struct.pack(f">{n}I", *lengths), *heads)
+    )
+
+
+def seal_blobs(
+    blobs: Sequence[bytes],
+    summary: Summary,
+    uid: int,
+    partition: int,
+    key_id: int,
+    encrypt: Encrypt,
+) -> tuple[tuple[bytes, ...], Summary]:
+    """The sealed blobs of ``blobs`` (``records.to_blob`` form) and their summary."""
+    heads: list[bytes] = []
+    secrets: list[bytes] = []
+    unpack = _BLOB.unpack_from
+    for blob in blobs:
+        delay, dedup_len, key_len, count = unpack(blob)
+        cut = BLOB_HEADER_SIZE + dedup_len + key_len
+        if count:
+            heads.append(_BLOB.pack(delay, dedup_len, key_len, 0) + blob[BLOB_HEADER_SIZE:cut])
+        else:
+            heads.append(blob[:cut])
+        secrets.append(_COUNT.pack(count) + blob[cut:])
+    lengths = [len(s) for s in secrets]
+    aad = associated_data(uid, partition, key_id, heads, lengths)
+    nonce, ciphertext, tag = encrypt(b"".join(secrets), aad)
+    if len(ciphertext) != sum(lengths):
+        raise ValueError("the cipher must keep the plaintext's length")
+    envelope = ENVELOPE.pack(SEAL_VERSION, key_id, nonce, tag)
+    out = []
+    pos = 0
+    for head, n in zip(heads, lengths, strict=True):
+        out.append(b"".join((head, envelope, ciphertext[pos : pos + n])))
+        envelope = b""
+        pos += n
+    flags = (summary.flags & ~HAS_HEADERS) | SEALED
+    return tuple(out), Summary(summary.records, flags, summary.max_delay_ms)
+
+
+class Batch(NamedTuple):
+    """A sealed segment taken apart for ``decrypt``."""
+
+    key_id: int
+    nonce: bytes
+    tag: bytes
+    ciphertext: bytes
+    aad: bytes
+    lengths: tuple[int, ...]
+    heads: tuple[tuple[int, str, str], ...]  # (offset, dedup_id, key) per record
+
+
+def batch_of(seg: Segment, uid: int, partition: int) -> Batch:
+    """The sealed batch of ``seg`` (whose flags have SEALED). Malformed if
+    the first record has no envelope of a known version."""
+    value, data = seg.value, seg._data
+    ends = struct.unpack_from(f">{seg.count}I", value, data - 4 * seg.count)
+    heads_raw: list[bytes] = []
+    heads: list[tuple[int, str, str]] = []
+    pieces: list[bytes] = []
+    start = 0
+    envelope: tuple[int, int, bytes, bytes] | None = None
+    for k, end in enumerate(ends):
+        at = data + start
+        _delay, dedup_len, key_len, _count = _BLOB.unpack_from(value, at)
+        cut = at + BLOB_HEADER_SIZE + dedup_len + key_len
+        heads_raw.append(value[at:cut])
+        dedup_id = value[at + BLOB_HEADER_SIZE : at + BLOB_HEADER_SIZE + dedup_len].decode()
+        heads.append((seg.base + k, dedup_id, value[cut - key_len : cut].decode()))
+        if k == 0:
+            if data + end - cut < ENVELOPE.size:
+                raise Malformed("sealed segment without its envelope")
+            envelope = ENVELOPE.unpack_from(value, cut)
+            cut += ENVELOPE.size
+        pieces.append(value[cut : data + end])
+        start = end
+    if envelope is None or envelope[0] != SEAL_VERSION:
+        raise Malformed("sealed segment of an unknown version")
+    _version, key_id, nonce, tag = envelope
+    lengths = tuple(len(p) for p in pieces)
+    aad = associated_data(uid, partition, key_id, heads_raw, lengths)
+    return Batch(key_id, nonce, tag, b"".join(pieces), aad, lengths, tuple(heads))
+
+
+def open_records(seg: Segment, uid: int, partition: int, decrypt: Decrypt) -> list[StoredRecord]:
+    """Every record of the sealed segment ``seg``, decrypted: the whole batch
+    is opened even when one record is wanted (one tag covers it)."""
+    batch = batch_of(seg, uid, partition)
+    plain = decrypt(batch.key_id, batch.nonce, batch.ciphertext, batch.tag, batch.aad)
+    out = []
+    pos = 0
+    ts = seg.timestamp_ms
+    for (offset, dedup_id, key), n in zip(batch.heads, batch.lengths, strict=True):
+        reader = Reader(plain, pos)
+        count = _COUNT.unpack_from(plain, pos)[0]
+        reader.pos = pos + _COUNT.size
+        headers = tuple((reader.str_(), reader.bytes_()) for _ in range(count))
+        out.append(StoredRecord(offset, plain[reader.pos : pos + n], key, headers, ts, dedup_id))
+        pos += n
+    return out
