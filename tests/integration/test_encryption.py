@@ -5,6 +5,7 @@ work across keys; deleting a queue destroys its keys; a restart decrypts."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -293,3 +294,37 @@ def _open_with(
                 continue
             break
     return out
+
+
+def test_cli_rotate_key_and_rotate_master_keep_every_message_readable(
+    cluster: LocalCluster,
+) -> None:
+    from click.testing import CliRunner
+
+    from raft_queue.cli.main import main
+
+    runner = CliRunner()
+
+    def raftq(*args: str) -> dict:
+        res = runner.invoke(main, ["--server", cluster.bootstrap, "--timeout", "20", *args])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.output)
+
+    raftq("queue", "create", "enc-cli", "--replication", "3", "--json")
+    plain = raftq("queue", "create", "enc-cli-off", "--no-encryption", "--json")
+    assert plain["config"]["encryption"] is False
+    with cluster.client(timeout_s=20.0) as client:
+        client.send("enc-cli", "before-rotation")
+        assert raftq("queue", "rotate-key", "enc-cli", "--json")["key_id"] == 2
+        client.send("enc-cli", "after-rotation")
+        before = _wrapped_keys_on_disk(cluster)
+        out = raftq("keys", "rotate-master", "--keyring", str(cluster.keyring_path), "--json")
+        assert out["master_id"] == "m2" and out["rewrapped"] >= 2
+        client.send("enc-cli", "after-master-rotation")
+        bodies = [m.body for m in client.read("enc-cli", 0, 0).messages]
+        assert bodies == [b"before-rotation", b"after-rotation", b"after-master-rotation"]
+        ring = json.loads(cluster.keyring_path.read_text())
+        assert ring["current"] == "m2" and set(ring["keys"]) == {"m1", "m2"}
+        time.sleep(1.0)
+        now = _queue_keys(cluster, _wrapped_keys_on_disk(cluster) - before, "enc-cli")
+        assert {k[1] for k in now} == {"m2"} and len(now) == 2
