@@ -29,7 +29,7 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from raft_queue.core.records import BLOB_HEADER_SIZE, StoredRecord
+from raft_queue.core.records import BLOB_HEADER_SIZE, Headers
 from raft_queue.core.segments import HAS_HEADERS, SEALED, Segment, Summary
 from raft_queue.core.wire import Malformed, Reader
 
@@ -42,8 +42,8 @@ _AAD_TAG = b"raftq/sealed-batch/v1"
 
 #: ``encrypt(plaintext, aad) -> (nonce, ciphertext, tag)``
 Encrypt = Callable[[bytes, bytes], tuple[bytes, bytes, bytes]]
-#: ``decrypt(key_id, nonce, ciphertext, tag, aad) -> plaintext`` (raises on a bad tag)
-Decrypt = Callable[[int, bytes, bytes, bytes, bytes], bytes]
+#: ``decrypt(key_id, nonce, ciphertext_and_tag, aad) -> plaintext`` (raises on a bad tag)
+Decrypt = Callable[[int, bytes, bytes, bytes], bytes]
 
 
 def associated_data(
@@ -96,58 +96,81 @@ class Batch(NamedTuple):
 
     key_id: int
     nonce: bytes
-    tag: bytes
-    ciphertext: bytes
+    sealed: bytes  # ciphertext || tag
     aad: bytes
     lengths: tuple[int, ...]
-    heads: tuple[tuple[int, str, str], ...]  # (offset, dedup_id, key) per record
+    heads: list[bytes]  # each record's clear head (blob header, dedup_id, key)
+
+
+class OpenedRecord(NamedTuple):
+    """A record of an opened batch: the fields of ``records.StoredRecord``
+    (a tuple: thousands are built per lease of a large batch)."""
+
+    offset: int
+    body: bytes
+    key: str
+    headers: Headers
+    timestamp_ms: int
+    dedup_id: str
 
 
 def batch_of(seg: Segment, uid: int, partition: int) -> Batch:
     """The sealed batch of ``seg`` (whose flags have SEALED). Malformed if
     the first record has no envelope of a known version."""
-    value, data = seg.value, seg._data
-    ends = struct.unpack_from(f">{seg.count}I", value, data - 4 * seg.count)
-    heads_raw: list[bytes] = []
-    heads: list[tuple[int, str, str]] = []
+    value, data, count = seg.value, seg._data, seg.count
+    ends = struct.unpack_from(f">{count}I", value, data - 4 * count)
+    unpack = _BLOB.unpack_from
+    heads: list[bytes] = []
     pieces: list[bytes] = []
     start = 0
-    envelope: tuple[int, int, bytes, bytes] | None = None
-    for k, end in enumerate(ends):
+    at = data
+    _d, dedup_len, key_len, _c = unpack(value, at)
+    cut = at + BLOB_HEADER_SIZE + dedup_len + key_len
+    if data + ends[0] - cut < ENVELOPE.size:
+        raise Malformed("sealed segment without its envelope")
+    version, key_id, nonce, tag = ENVELOPE.unpack_from(value, cut)
+    if version != SEAL_VERSION:
+        raise Malformed(f"sealed segment of unknown version {version}")
+    heads.append(value[at:cut])
+    pieces.append(value[cut + ENVELOPE.size : data + ends[0]])
+    start = ends[0]
+    for end in ends[1:]:
         at = data + start
-        _delay, dedup_len, key_len, _count = _BLOB.unpack_from(value, at)
+        _d, dedup_len, key_len, _c = unpack(value, at)
         cut = at + BLOB_HEADER_SIZE + dedup_len + key_len
-        heads_raw.append(value[at:cut])
-        dedup_id = value[at + BLOB_HEADER_SIZE : at + BLOB_HEADER_SIZE + dedup_len].decode()
-        heads.append((seg.base + k, dedup_id, value[cut - key_len : cut].decode()))
-        if k == 0:
-            if data + end - cut < ENVELOPE.size:
-                raise Malformed("sealed segment without its envelope")
-            envelope = ENVELOPE.unpack_from(value, cut)
-            cut += ENVELOPE.size
+        heads.append(value[at:cut])
         pieces.append(value[cut : data + end])
         start = end
-    if envelope is None or envelope[0] != SEAL_VERSION:
-        raise Malformed("sealed segment of an unknown version")
-    _version, key_id, nonce, tag = envelope
-    lengths = tuple(len(p) for p in pieces)
-    aad = associated_data(uid, partition, key_id, heads_raw, lengths)
-    return Batch(key_id, nonce, tag, b"".join(pieces), aad, lengths, tuple(heads))
+    lengths = tuple(map(len, pieces))
+    aad = associated_data(uid, partition, key_id, heads, lengths)
+    pieces.append(tag)
+    return Batch(key_id, nonce, b"".join(pieces), aad, lengths, heads)
 
 
-def open_records(seg: Segment, uid: int, partition: int, decrypt: Decrypt) -> list[StoredRecord]:
+def open_records(seg: Segment, uid: int, partition: int, decrypt: Decrypt) -> list[OpenedRecord]:
     """Every record of the sealed segment ``seg``, decrypted: the whole batch
     is opened even when one record is wanted (one tag covers it)."""
     batch = batch_of(seg, uid, partition)
-    plain = decrypt(batch.key_id, batch.nonce, batch.ciphertext, batch.tag, batch.aad)
-    out = []
+    plain = decrypt(batch.key_id, batch.nonce, batch.sealed, batch.aad)
+    out: list[OpenedRecord] = []
+    add = out.append
     pos = 0
     ts = seg.timestamp_ms
-    for (offset, dedup_id, key), n in zip(batch.heads, batch.lengths, strict=True):
-        reader = Reader(plain, pos)
-        count = _COUNT.unpack_from(plain, pos)[0]
-        reader.pos = pos + _COUNT.size
-        headers = tuple((reader.str_(), reader.bytes_()) for _ in range(count))
-        out.append(StoredRecord(offset, plain[reader.pos : pos + n], key, headers, ts, dedup_id))
+    offset = seg.base
+    for head, n in zip(batch.heads, batch.lengths, strict=True):
+        if len(head) == BLOB_HEADER_SIZE:  # no dedup_id, no key: the bulk case
+            dedup_id = key = ""
+        else:
+            _d, dedup_len, _k, _c = _BLOB.unpack(head[:BLOB_HEADER_SIZE])
+            dedup_id = head[BLOB_HEADER_SIZE : BLOB_HEADER_SIZE + dedup_len].decode()
+            key = head[BLOB_HEADER_SIZE + dedup_len :].decode()
+        if plain[pos] == 0 and plain[pos + 1] == 0:  # no headers
+            add(OpenedRecord(offset, plain[pos + 2 : pos + n], key, (), ts, dedup_id))
+        else:
+            reader = Reader(plain, pos + _COUNT.size)
+            count = _COUNT.unpack_from(plain, pos)[0]
+            headers = tuple((reader.str_(), reader.bytes_()) for _ in range(count))
+            add(OpenedRecord(offset, plain[reader.pos : pos + n], key, headers, ts, dedup_id))
         pos += n
+        offset += 1
     return out

@@ -48,9 +48,10 @@ def encrypter(aes: AESGCM) -> Encrypt:
     return encrypt
 
 
-def decrypt(aes: AESGCM, nonce: bytes, ciphertext: bytes, tag: bytes, aad: bytes) -> bytes:
+def decrypt(aes: AESGCM, nonce: bytes, sealed: bytes, aad: bytes) -> bytes:
+    """The plaintext of ``sealed`` (ciphertext || tag); Internal on a bad tag."""
     try:
-        return aes.decrypt(nonce, ciphertext + tag, aad)
+        return aes.decrypt(nonce, sealed, aad)
     except InvalidTag:
         raise errors.Internal(
             "a sealed batch fails authentication (corrupt, or not this queue's)"

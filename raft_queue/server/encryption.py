@@ -29,7 +29,6 @@ from typing import Any
 from raft_queue import errors
 from raft_queue.core import metadata as meta
 from raft_queue.core import sealing
-from raft_queue.core.records import StoredRecord
 from raft_queue.core.segments import SEALED, Segment, Summary
 from raft_queue.security.encryption import DataKeys, decrypt, encrypter
 
@@ -42,7 +41,7 @@ class NodeCrypto:
         self.node = node
         provider = getattr(node, "key_provider", None)
         self.keys: DataKeys | None = DataKeys(provider) if provider is not None else None
-        self._opened: OrderedDict[tuple[int, int, int], list[StoredRecord]] = OrderedDict()
+        self._opened: OrderedDict[tuple[int, int, int], list[Any]] = OrderedDict()
         self._view_version = -1
 
     # ---- keys ---------------------------------------------------------------------------
@@ -116,7 +115,7 @@ class NodeCrypto:
         return sealing.seal_blobs(blobs, summary, q.uid, part, key.key_id, encrypter(aes))
 
     # ---- out ----------------------------------------------------------------------------
-    def open_segment(self, queue: str, uid: int, part: int, seg: Segment) -> list[StoredRecord]:
+    def open_segment(self, queue: str, uid: int, part: int, seg: Segment) -> list[Any]:
         """Every record of the sealed segment ``seg``, decrypted."""
         self._forget_gone()
         cached = self._opened.get((uid, part, seg.base))
@@ -126,14 +125,14 @@ class NodeCrypto:
         keys = self._require_keys()
         by_id = {k.key_id: k for k in self.node.view.data_keys(queue)}
 
-        def dec(key_id: int, nonce: bytes, ct: bytes, tag: bytes, aad: bytes) -> bytes:
+        def dec(key_id: int, nonce: bytes, sealed: bytes, aad: bytes) -> bytes:
             key = by_id.get(key_id)
             if key is None:
                 raise errors.FailedPrecondition(
                     f"data key {key_id} of queue {queue!r} is gone (the queue was deleted: "
                     "its messages cannot be decrypted)"
                 )
-            return decrypt(keys.cipher(queue, key), nonce, ct, tag, aad)
+            return decrypt(keys.cipher(queue, key), nonce, sealed, aad)
 
         records = sealing.open_records(seg, uid, part, dec)
         self._opened[(uid, part, seg.base)] = records
@@ -153,7 +152,7 @@ class NodeCrypto:
         if not records:
             return list(records)
         first, end = records[0].offset, records[-1].offset + 1
-        opened: dict[int, StoredRecord] = {}
+        opened: dict[int, Any] = {}
         for seg in replica.segments(first, end):
             if seg.flags & SEALED:
                 for rec in self.open_segment(q.name, q.uid, part, seg):

@@ -285,7 +285,7 @@ def _open_with(
             for _key_id, aes in keys:
                 try:
                     out += open_records(
-                        seg, uid, part, lambda kid, n, c, t, a, aes=aes: aes.decrypt(n, c + t, a)
+                        seg, uid, part, lambda kid, n, c, a, aes=aes: aes.decrypt(n, c, a)
                     )
                     break
                 except Exception:  # noqa: BLE001, S112 - wrong key or uid

@@ -46,7 +46,7 @@ def _segment(blobs: tuple[bytes, ...], summary) -> Segment:
 
 
 def _dec(aes: AESGCM = KEY):
-    return lambda key_id, nonce, ct, tag, aad: aes.decrypt(nonce, ct + tag, aad)
+    return lambda key_id, nonce, sealed, aad: aes.decrypt(nonce, sealed, aad)
 
 
 def test_a_sealed_batch_opens_to_the_records_and_hides_bodies_and_headers() -> None:
