@@ -21,7 +21,7 @@ import click
 
 from raft_queue.cli.output import json_option, print_json, print_line
 from raft_queue.cli.queue import queue
-from raft_queue.security.keyring import add_master_key
+from raft_queue.security.keyring import add_master_key, generate_keyring_file
 
 if TYPE_CHECKING:
     from raft_queue.cli.main import Session
@@ -48,7 +48,11 @@ def keys() -> None:
 @keys.command("add-master")
 @click.option("--keyring", type=click.Path(dir_okay=False, path_type=Path), required=True)
 def add_master(keyring: Path) -> None:
-    """Add a random master key to KEYRING and make it the current one."""
+    """Add a random master key to KEYRING (made, mode 0600, if missing) and make it current."""
+    if not keyring.exists():
+        generate_keyring_file(keyring)
+        print_line(f"{keyring}: new keyring, master key m1 is current")
+        return
     print_line(f"{keyring}: master key {add_master_key(keyring)} is current")
 
 
