@@ -328,3 +328,43 @@ def test_cli_rotate_key_and_rotate_master_keep_every_message_readable(
         time.sleep(1.0)
         now = _queue_keys(cluster, _wrapped_keys_on_disk(cluster) - before, "enc-cli")
         assert {k[1] for k in now} == {"m2"} and len(now) == 2
+
+
+def test_a_key_provider_hook_on_a_real_node(tmp_path: Path) -> None:
+    """The KMS hook: a node whose master key comes from a provider class
+    (raft_queue/testing/key_provider.py, AES key wrap) instead of a keyring."""
+    from raft_queue.testing.key_provider import ENV
+
+    hook = "raft_queue.testing.key_provider:EnvKeyProvider"
+    c = LocalCluster(
+        tmp_path / "cluster",
+        nodes=1,
+        security={"key_provider": hook, "keyring_file": ""},
+        env={ENV: "5a" * 32},
+    )
+    c.start()
+    try:
+        c.wait_ready(60)
+        with c.client(timeout_s=20.0) as client:
+            client.create_queue("hooked", replication_factor=1)
+            client.send_batch("hooked", ["HOOK-MARKER-1", "HOOK-MARKER-2"])
+            client.rotate_queue_key("hooked")
+            client.send("hooked", "HOOK-MARKER-3")
+            got = [m.body for m in client.read("hooked", 0, 0).messages]
+            assert got == [b"HOOK-MARKER-1", b"HOOK-MARKER-2", b"HOOK-MARKER-3"]
+        keys = _wrapped_keys_on_disk(c) | _wrapped_kw_on_disk(c)
+        assert {k[1] for k in keys} == {"env-1"}
+        assert grep_data(c, b"HOOK-MARKER") == []
+    finally:
+        c.stop()
+
+
+def _wrapped_kw_on_disk(cluster: LocalCluster) -> set[tuple[int, str, str]]:
+    """Wrapped keys of AES key wrap (40 bytes) in the metadata files."""
+    pattern = re.compile(rb'\[(\d+),"([A-Za-z0-9_-]+)","([0-9a-f]{80})"\]')
+    return {
+        (int(m[1]), m[2].decode(), m[3].decode())
+        for p in data_files(cluster)
+        if "metadata" in p.parts
+        for m in pattern.finditer(_bytes(p))
+    }
