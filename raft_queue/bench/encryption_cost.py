@@ -27,6 +27,7 @@ from typing import Any
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from raft_queue._proto.raft_queue.v1 import queue_pb2
+from raft_queue.bench.measure import proc_cpu_s
 from raft_queue.config import QueueSpec
 from raft_queue.core.sealing import open_records, seal_blobs
 from raft_queue.core.segments import Segment, encode_body, segment_value
@@ -72,42 +73,51 @@ def micro(batch: int, size: int, repeat: int) -> dict[str, float]:
 
 
 def rounds(n: int, scale: float) -> list[dict[str, Any]]:
+    """Runs of W2 and W3, encryption on and off in turn, against one cluster;
+    each with the node processes' CPU seconds per message."""
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         cluster = LocalCluster(Path(tmp) / "cluster", nodes=3)
         cluster.start()
         try:
             cluster.wait_ready(90)
+            pids = [cluster.pid(i) for i in range(cluster.nodes)]
             for r in range(n):
-                for flag in ("--encryption", "--no-encryption"):
-                    cmd = [sys.executable, "-m", "raft_queue.cli.main", "bench",
-                           "--workloads", "W2,W3", "--runs", "1", "--server", cluster.bootstrap,
-                           "--quiet-wait", "0", "--scale", str(scale), flag, "--json"]  # fmt: skip
-                    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-                    if done.returncode != 0:
-                        print(done.stderr[-2000:], file=sys.stderr)
-                        continue
-                    for run in json.loads(done.stdout)["runs"]:
-                        row = _row(run, flag == "--encryption", r)
-                        results.append(row)
-                        print(json.dumps(row), flush=True)
+                for workload in ("W2", "W3"):
+                    for flag in ("--encryption", "--no-encryption"):
+                        row = _one(cluster.bootstrap, pids, workload, flag, scale, r)
+                        if row is not None:
+                            results.append(row)
+                            print(json.dumps(row), flush=True)
         finally:
             cluster.stop()
     return results
 
 
-def _row(run: dict[str, Any], encrypted: bool, round_no: int) -> dict[str, Any]:
+def _one(
+    server: str, pids: list[int], workload: str, flag: str, scale: float, round_no: int
+) -> dict[str, Any] | None:
+    cmd = [sys.executable, "-m", "raft_queue.cli.main", "bench", "--workloads", workload,
+           "--runs", "1", "--server", server, "--quiet-wait", "0", "--scale", str(scale),
+           flag, "--json"]  # fmt: skip
+    cpu0 = sum(proc_cpu_s(p) for p in pids)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    cpu_s = sum(proc_cpu_s(p) for p in pids) - cpu0
+    if done.returncode != 0:
+        print(done.stderr[-2000:], file=sys.stderr)
+        return None
+    run = json.loads(done.stdout)["runs"][0]
     info = run["info"]
-    msgs = info.get("msgs") or info.get("got") or 0
-    cpu = info.get("cpu") or {}
-    cpu_s = cpu.get("cpu_s") if isinstance(cpu, dict) else None
+    # W2: the messages sent while measured (the warm-up's are few); W3: each
+    # message is sent (prefill) and received + acked (drain), all of it counted.
+    msgs = info.get("msgs") if workload == "W2" else info.get("got")
     return {
         "round": round_no,
-        "workload": run["workload"],
-        "encryption": encrypted,
+        "workload": workload,
+        "encryption": flag == "--encryption",
         "msgs_per_s": run["metrics"]["msgs_per_s"],
-        "cpu_us_per_msg": (cpu_s / msgs * 1e6) if cpu_s and msgs else None,
-        "cpu": cpu,
+        "node_cpu_s": round(cpu_s, 2),
+        "cpu_us_per_msg": cpu_s / msgs * 1e6 if msgs else None,
     }
 
 

@@ -41,7 +41,7 @@ _AAD = struct.Struct(">QIII")  # uid, partition, key id, records
 _AAD_TAG = b"raftq/sealed-batch/v1"
 
 #: ``encrypt(plaintext, aad) -> (nonce, ciphertext, tag)``
-Encrypt = Callable[[bytes, bytes], tuple[bytes, bytes, bytes]]
+Encrypt = Callable[[bytes, bytes], tuple[bytes, bytes | memoryview, bytes]]
 #: ``decrypt(key_id, nonce, ciphertext_and_tag, aad) -> plaintext`` (raises on a bad tag)
 Decrypt = Callable[[int, bytes, bytes, bytes], bytes]
 
@@ -64,6 +64,8 @@ def seal_blobs(
     encrypt: Encrypt,
 ) -> tuple[tuple[bytes, ...], Summary]:
     """The sealed blobs of ``blobs`` (``records.to_blob`` form) and their summary."""
+    if not summary.flags and not summary.max_delay_ms:
+        return _seal_bare(blobs, summary, uid, partition, key_id, encrypt)
     heads: list[bytes] = []
     secrets: list[bytes] = []
     unpack = _BLOB.unpack_from
@@ -89,6 +91,40 @@ def seal_blobs(
         pos += n
     flags = (summary.flags & ~HAS_HEADERS) | SEALED
     return tuple(out), Summary(summary.records, flags, summary.max_delay_ms)
+
+
+_BARE_HEAD = _BLOB.pack(0, 0, 0, 0)
+_COUNT_AT = BLOB_HEADER_SIZE - _COUNT.size  # the header count ends the blob header
+
+
+def _seal_bare(
+    blobs: Sequence[bytes],
+    summary: Summary,
+    uid: int,
+    partition: int,
+    key_id: int,
+    encrypt: Encrypt,
+) -> tuple[tuple[bytes, ...], Summary]:
+    """``seal_blobs`` of blobs without keys, dedup ids, headers and delays
+    (the SDK's bulk sends): every head is ``_BARE_HEAD``, and a record's
+    secret (header count 0, body) is its blob from the count on, so no
+    per-record parsing."""
+    n = len(blobs)
+    lengths = [len(b) - _COUNT_AT for b in blobs]
+    aad = associated_data(uid, partition, key_id, [_BARE_HEAD] * n, lengths)
+    nonce, ciphertext, tag = encrypt(b"".join([b[_COUNT_AT:] for b in blobs]), aad)
+    if len(ciphertext) != sum(lengths):
+        raise ValueError("the cipher must keep the plaintext's length")
+    ct = memoryview(ciphertext)
+    out: list[bytes] = []
+    add = out.append
+    pos = lengths[0]
+    add(b"".join((_BARE_HEAD, ENVELOPE.pack(SEAL_VERSION, key_id, nonce, tag), ct[:pos])))
+    head = _BARE_HEAD
+    for length in lengths[1:]:
+        add(head + ct[pos : pos + length])
+        pos += length
+    return tuple(out), Summary(summary.records, SEALED, 0)
 
 
 class Batch(NamedTuple):

@@ -40,10 +40,10 @@ def wrap_context(queue: str, key_id: int) -> bytes:
 def encrypter(aes: AESGCM) -> Encrypt:
     """``sealing.Encrypt`` with ``aes``: a fresh random nonce per seal."""
 
-    def encrypt(plaintext: bytes, aad: bytes) -> tuple[bytes, bytes, bytes]:
+    def encrypt(plaintext: bytes, aad: bytes) -> tuple[bytes, memoryview, bytes]:
         nonce = os.urandom(NONCE_BYTES)
-        out = aes.encrypt(nonce, plaintext, aad)
-        return nonce, out[:-TAG_BYTES], out[-TAG_BYTES:]
+        out = memoryview(aes.encrypt(nonce, plaintext, aad))  # no copy of the ciphertext
+        return nonce, out[:-TAG_BYTES], bytes(out[-TAG_BYTES:])
 
     return encrypt
 

@@ -186,3 +186,15 @@ def test_create_queue_with_a_bad_key_changes_nothing() -> None:
         m.apply(cmd)
     assert m.queue("q") is None and m.data_keys("q") == ()
     assert meta.decode_meta(meta.encode_meta(cmd)) == cmd
+
+
+def test_a_bulk_batch_takes_the_bare_path_and_opens_the_same() -> None:
+    blobs = tuple(plain_blob(b"bulk-%d" % i, "", "") for i in range(50))
+    summary = summarize(blobs)
+    assert not summary.flags
+    sealed, sealed_summary = seal_blobs(blobs, summary, 3, 1, 4, encrypter(KEY))
+    assert sealed_summary.flags == SEALED and b"bulk-" not in b"".join(sealed)
+    records = open_records(_segment(sealed, sealed_summary), 3, 1, _dec())
+    assert [r.body for r in records] == [b"bulk-%d" % i for i in range(50)]
+    with pytest.raises(InvalidTag):
+        open_records(_segment(sealed, sealed_summary), 3, 0, _dec())
