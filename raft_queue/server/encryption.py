@@ -107,6 +107,7 @@ class NodeCrypto:
         encrypted (or has no data key: created without a key provider)."""
         if not q.spec.encryption or self.keys is None or not blobs:
             return blobs, summary
+        self._forget_gone()
         have = self.node.view.data_keys(q.name)
         if not have:
             return blobs, summary
