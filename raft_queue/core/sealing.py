@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from raft_queue.core.records import BLOB_HEADER_SIZE, Headers
-from raft_queue.core.segments import HAS_HEADERS, SEALED, Segment, Summary
+from raft_queue.core.segments import HAS_DEDUP, HAS_HEADERS, SEALED, Segment, Summary
 from raft_queue.core.wire import Malformed, Reader
 
 ENVELOPE = struct.Struct(">BI12s16s")  # version, key id, nonce, tag
@@ -66,6 +66,8 @@ def seal_blobs(
     """The sealed blobs of ``blobs`` (``records.to_blob`` form) and their summary."""
     if not summary.flags and not summary.max_delay_ms:
         return _seal_bare(blobs, summary, uid, partition, key_id, encrypt)
+    if summary.flags & HAS_DEDUP:
+        return _seal_each(blobs, summary, uid, partition, key_id, encrypt)
     heads: list[bytes] = []
     secrets: list[bytes] = []
     unpack = _BLOB.unpack_from
@@ -89,6 +91,35 @@ def seal_blobs(
         out.append(b"".join((head, envelope, ciphertext[pos : pos + n])))
         envelope = b""
         pos += n
+    flags = (summary.flags & ~HAS_HEADERS) | SEALED
+    return tuple(out), Summary(summary.records, flags, summary.max_delay_ms)
+
+
+def _split(blob: bytes) -> tuple[bytes, bytes]:
+    """(clear head with header count 0, secret) of one blob."""
+    delay, dedup_len, key_len, count = _BLOB.unpack_from(blob)
+    cut = BLOB_HEADER_SIZE + dedup_len + key_len
+    head = _BLOB.pack(delay, dedup_len, key_len, 0) + blob[BLOB_HEADER_SIZE:cut]
+    return head, _COUNT.pack(count) + blob[cut:]
+
+
+def _seal_each(
+    blobs: Sequence[bytes],
+    summary: Summary,
+    uid: int,
+    partition: int,
+    key_id: int,
+    encrypt: Encrypt,
+) -> tuple[tuple[bytes, ...], Summary]:
+    """A batch with dedup ids: one seal PER RECORD, each with its envelope.
+    The Append drops the records whose dedup id it has seen (``appends``),
+    and what it keeps must still open: a batch seal would not."""
+    out = []
+    for blob in blobs:
+        head, secret = _split(blob)
+        aad = associated_data(uid, partition, key_id, (head,), (len(secret),))
+        nonce, ciphertext, tag = encrypt(secret, aad)
+        out.append(b"".join((head, ENVELOPE.pack(SEAL_VERSION, key_id, nonce, tag), ciphertext)))
     flags = (summary.flags & ~HAS_HEADERS) | SEALED
     return tuple(out), Summary(summary.records, flags, summary.max_delay_ms)
 
@@ -186,6 +217,8 @@ def batch_of(seg: Segment, uid: int, partition: int) -> Batch:
 def open_records(seg: Segment, uid: int, partition: int, decrypt: Decrypt) -> list[OpenedRecord]:
     """Every record of the sealed segment ``seg``, decrypted: the whole batch
     is opened even when one record is wanted (one tag covers it)."""
+    if seg.flags & HAS_DEDUP:
+        return _open_each(seg, uid, partition, decrypt)
     batch = batch_of(seg, uid, partition)
     plain = decrypt(batch.key_id, batch.nonce, batch.sealed, batch.aad)
     out: list[OpenedRecord] = []
@@ -209,4 +242,37 @@ def open_records(seg: Segment, uid: int, partition: int, decrypt: Decrypt) -> li
             add(OpenedRecord(offset, plain[reader.pos : pos + n], key, headers, ts, dedup_id))
         pos += n
         offset += 1
+    return out
+
+
+def _open_each(seg: Segment, uid: int, partition: int, decrypt: Decrypt) -> list[OpenedRecord]:
+    """``open_records`` of a segment sealed record by record (``_seal_each``)."""
+    value, data, count = seg.value, seg._data, seg.count
+    ends = struct.unpack_from(f">{count}I", value, data - 4 * count)
+    out: list[OpenedRecord] = []
+    start = 0
+    for k, end in enumerate(ends):
+        at = data + start
+        _d, dedup_len, key_len, _c = _BLOB.unpack_from(value, at)
+        cut = at + BLOB_HEADER_SIZE + dedup_len + key_len
+        if data + end - cut < ENVELOPE.size:
+            raise Malformed("sealed record without its envelope")
+        version, key_id, nonce, tag = ENVELOPE.unpack_from(value, cut)
+        if version != SEAL_VERSION:
+            raise Malformed(f"sealed record of unknown version {version}")
+        head, piece = value[at:cut], value[cut + ENVELOPE.size : data + end]
+        aad = associated_data(uid, partition, key_id, (head,), (len(piece),))
+        plain = decrypt(key_id, nonce, piece + tag, aad)
+        dedup_id = head[BLOB_HEADER_SIZE : BLOB_HEADER_SIZE + dedup_len].decode()
+        key = head[BLOB_HEADER_SIZE + dedup_len :].decode()
+        reader = Reader(plain, _COUNT.size)
+        headers = tuple(
+            (reader.str_(), reader.bytes_()) for _ in range(_COUNT.unpack_from(plain)[0])
+        )
+        out.append(
+            OpenedRecord(
+                seg.base + k, plain[reader.pos :], key, headers, seg.timestamp_ms, dedup_id
+            )
+        )
+        start = end
     return out

@@ -238,6 +238,9 @@ def lease_messages(
                 if opener is None:
                     raise errors.Internal("a sealed segment without an opener")
                 recs = opener(seg, i, i + span.count)
+                if not seg.flags & (HAS_KEY | HAS_DEDUP):  # as the bodies-only path below
+                    _add_bare(out, queue, partition, recs, handles, count)
+                    continue
             else:
                 recs = seg.records(i, i + span.count)
             for rec, receipt in zip(recs, handles, strict=True):
@@ -259,6 +262,28 @@ def lease_messages(
                 )
             )
     return out
+
+
+def _add_bare(
+    out: list[Any], queue: str, partition: int, recs: Any, handles: Any, count: int
+) -> None:
+    """Messages of records without keys and dedup ids (headers are rare)."""
+    message = queue_pb2.Message
+    for rec, receipt in zip(recs, handles, strict=True):
+        if rec.headers:
+            out.append(message_pb(queue, partition, rec, receipt, count))
+            continue
+        out.append(
+            message(
+                queue=queue,
+                partition=partition,
+                offset=rec.offset,
+                body=rec.body,
+                timestamp_ms=rec.timestamp_ms,
+                receipt=receipt,
+                receive_count=count,
+            )
+        )
 
 
 def check_range(value: int, lo: int, hi: int, field: str) -> int:

@@ -15,6 +15,7 @@ import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from raft_queue import errors
+from raft_queue.client.models import OutgoingMessage
 from raft_queue.core.sealing import open_records
 from raft_queue.core.segments import SEALED, Segment
 from raft_queue.security.encryption import wrap_context
@@ -368,3 +369,31 @@ def _wrapped_kw_on_disk(cluster: LocalCluster) -> set[tuple[int, str, str]]:
         if "metadata" in p.parts
         for m in pattern.finditer(_bytes(p))
     }
+
+
+def test_duplicates_dropped_from_a_sealed_batch_leave_the_rest_readable(
+    cluster: LocalCluster,
+) -> None:
+    with cluster.client(timeout_s=20.0) as client:
+        client.create_queue("enc-dedup", replication_factor=3)
+        first = client.send("enc-dedup", "one", dedup_id="d1")
+        assert not first.duplicate
+        # One Append of three records, the first a duplicate the machine drops.
+        sent = client.send_batch(
+            "enc-dedup",
+            [
+                OutgoingMessage("one-again", dedup_id="d1"),
+                OutgoingMessage("two", dedup_id="d2"),
+                OutgoingMessage("three", dedup_id="d3", headers={"h": "3"}),
+            ],
+        )
+        assert [r.duplicate for r in sent] == [True, False, False]
+        got = client.read("enc-dedup", 0, 0).messages
+        assert [(m.body, m.dedup_id) for m in got] == [
+            (b"one", "d1"),
+            (b"two", "d2"),
+            (b"three", "d3"),
+        ]
+        assert got[2].headers == {"h": b"3"}
+        leased = client.receive("enc-dedup", max_messages=10, wait_ms=1000)
+        assert sorted(m.body for m in leased) == [b"one", b"three", b"two"]

@@ -34,9 +34,9 @@ KEY = AESGCM(bytes(range(32)))
 def _blobs() -> tuple[bytes, ...]:
     return (
         plain_blob(b"first body", "", ""),
-        to_blob(NewRecord(b"with headers", "k1", (("a", b"1"), ("b", b"22")), "d1", 5_000)),
+        to_blob(NewRecord(b"with headers", "k1", (("a", b"1"), ("b", b"22")), "", 5_000)),
         plain_blob(b"", "k2", ""),
-        plain_blob(b"x" * 3000, "", "dedup"),
+        plain_blob(b"x" * 3000, "k3", ""),
     )
 
 
@@ -57,15 +57,15 @@ def test_a_sealed_batch_opens_to_the_records_and_hides_bodies_and_headers() -> N
     joined = b"".join(sealed)
     for secret in (b"first body", b"with headers", b"22", b"x" * 64):
         assert secret not in joined
-    assert b"k1" in joined and b"d1" in joined and b"dedup" in joined  # clear: FIFO, dedup
+    assert b"k1" in joined and b"k3" in joined  # keys stay clear: FIFO needs them
     # One envelope (one seal) for the whole batch; pieces as long as the secrets.
     assert len(joined) == len(b"".join(blobs)) + ENVELOPE.size + 2 * len(blobs)
     records = open_records(_segment(sealed, summary), 7, 2, _dec())
     assert [r.offset for r in records] == [100, 101, 102, 103]
     assert [r.body for r in records] == [b"first body", b"with headers", b"", b"x" * 3000]
     assert records[1].headers == (("a", b"1"), ("b", b"22"))
-    assert [r.key for r in records] == ["", "k1", "k2", ""]
-    assert [r.dedup_id for r in records] == ["", "d1", "", "dedup"]
+    assert [r.key for r in records] == ["", "k1", "k2", "k3"]
+    assert [r.dedup_id for r in records] == ["", "", "", ""]
     assert {r.timestamp_ms for r in records} == {1234}
 
 
@@ -80,7 +80,7 @@ def test_a_batch_does_not_open_in_another_queue_or_partition(uid: int, partition
 def test_tampering_with_a_clear_key_or_a_piece_fails_the_tag() -> None:
     blobs = _blobs()
     sealed, summary = seal_blobs(blobs, summarize(blobs), 7, 2, 1, encrypter(KEY))
-    moved_key = (sealed[0], sealed[1].replace(b"k1", b"k9"), *sealed[2:])
+    moved_key = (sealed[0], sealed[1].replace(b"k1", b"k9"), *sealed[2:])  # a clear key altered
     flipped = (*sealed[:3], sealed[3][:-1] + bytes([sealed[3][-1] ^ 1]))
     for bad in (moved_key, flipped):
         with pytest.raises(InvalidTag):
@@ -198,3 +198,19 @@ def test_a_bulk_batch_takes_the_bare_path_and_opens_the_same() -> None:
     assert [r.body for r in records] == [b"bulk-%d" % i for i in range(50)]
     with pytest.raises(InvalidTag):
         open_records(_segment(sealed, sealed_summary), 3, 0, _dec())
+
+
+def test_a_batch_with_dedup_ids_is_sealed_per_record_so_any_subset_opens() -> None:
+    blobs = tuple(plain_blob(b"body-%d" % i, "", f"dedup-{i}") for i in range(4))
+    summary = summarize(blobs)
+    sealed, sealed_summary = seal_blobs(blobs, summary, 3, 1, 2, encrypter(KEY))
+    assert sealed_summary.flags & SEALED and b"body-" not in b"".join(sealed)
+    kept = (sealed[1], sealed[3])  # what an Append keeps when ids 0 and 2 were seen
+    seg = _segment(kept, sealed_summary._replace(records=2))
+    records = open_records(seg, 3, 1, _dec())
+    assert [(r.body, r.dedup_id) for r in records] == [
+        (b"body-1", "dedup-1"),
+        (b"body-3", "dedup-3"),
+    ]
+    with pytest.raises(InvalidTag):
+        open_records(seg, 4, 1, _dec())
