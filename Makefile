@@ -8,15 +8,17 @@ NODES ?= 3
 BASE_PORT ?= 7100
 PYTEST_ARGS ?=
 
-.PHONY: setup run test unit integration lint proto proto-check bench chaos clean
+.PHONY: setup run test unit integration lint proto proto-check bench chaos soak clean
 
 # Debian packages the tests use: chromium + chromium-driver (the status page's
-# browser test), prometheus (promtool checks configs/monitoring/). CI is a fresh
-# Debian machine running as root; elsewhere install them yourself.
-SYSTEM_PACKAGES := chromium chromium-driver prometheus
+# browser test), prometheus (promtool checks configs/monitoring/), fuse3
+# (libfuse3 + fusermount3 for the EIO disk fault, chaos/eiofs.py). CI is a
+# fresh Debian machine running as root; elsewhere install them yourself.
+SYSTEM_PACKAGES := chromium chromium-driver prometheus fuse3
 
 $(STAMP): pyproject.toml
-	if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && ! (command -v chromedriver && command -v promtool) >/dev/null; then \
+	if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+	  ! (command -v chromedriver && command -v promtool && command -v fusermount3) >/dev/null; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES); fi
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -51,6 +53,11 @@ bench: setup
 
 chaos: setup
 	$(BIN)/python -m chaos.campaign --duration $${DURATION:-180} $${SEED:+--seed $$SEED}
+
+# Mixed load on a 3-node cluster with a node restart every minute; RSS sampled
+# (chaos/soak.py). make soak DURATION=600
+soak: setup
+	$(BIN)/python -m chaos.soak --duration $${DURATION:-600}
 
 clean:
 	rm -rf .raftq .pytest_cache .hypothesis

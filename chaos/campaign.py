@@ -22,6 +22,7 @@ import shutil
 import sys
 import threading
 import time
+import traceback
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -67,6 +68,24 @@ class CampaignConfig:
     calm_s: tuple[float, float] = (3.0, 6.0)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     keep_data: bool = False
+    # Messages/s allowed to the workload's principal (``admin``) while faults
+    # run; 0 = no quota (docs/operations.md "Quotas and usage").
+    quota_messages_per_s: int = 0
+
+
+def disk_setup(config: CampaignConfig) -> tuple[dict[str, int], dict[str, Any]]:
+    """Mounts for the disk nemeses in ``config.nemeses`` that this machine can make
+    ({"tmpfs": node, "eio": node}), and the nodes' [storage] watermark."""
+    from chaos.disk_nemesis import WATERMARK_BYTES
+    from chaos.disks import can_mount, have_fuse
+
+    disks: dict[str, int] = {}
+    if "disk-full" in config.nemeses and can_mount():
+        disks["tmpfs"] = 0
+    if "disk-eio" in config.nemeses and have_fuse():
+        disks["eio"] = 1 % config.nodes
+    storage = {"min_free_bytes": WATERMARK_BYTES} if disks else {}
+    return disks, storage
 
 
 class Monitor:
@@ -185,6 +204,7 @@ def replay_command(config: CampaignConfig) -> str:
     """The command line that replays ``config``'s schedule."""
     cmd = f"python -m chaos.campaign --duration {config.duration_s:.0f} --seed {config.seed}"
     cmd += f" --nodes {config.nodes}" + (" --fifo" if config.ordering == "fifo" else "")
+    cmd += f" --quota {config.quota_messages_per_s}" if config.quota_messages_per_s else ""
     if sorted(config.nemeses) != sorted(FACTORIES):
         cmd += f" --nemesis {','.join(config.nemeses)}"
     return cmd
@@ -213,6 +233,8 @@ def create_queue(cluster: ChaosCluster, config: CampaignConfig) -> None:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
+        if config.quota_messages_per_s:  # the workload and checker run as ``admin``
+            client.set_quota("admin", messages_per_s=config.quota_messages_per_s, burst_s=1.0)
     if wait_healthy(cluster, config.workload.queue, config.partitions, 60) is None:
         raise TimeoutError("cluster not healthy 60 s after creating the queue")
 
@@ -226,7 +248,7 @@ def wait_healthy(cluster: Any, queue: str, partitions: int, timeout_s: float) ->
     start = time.monotonic()
     pending = cluster.bootstrap.split(",")
     while pending and time.monotonic() - start < timeout_s:
-        with Client(bootstrap=pending[0], timeout_s=5.0, retries=0) as one:
+        with Client(bootstrap=pending[0], timeout_s=5.0, retries=0, token=cluster.token) as one:
             try:
                 status = one.cluster_status()
             except QueueError:
@@ -329,21 +351,41 @@ def count_operations(ops: list[Op]) -> dict[str, int]:
 def run(config: CampaignConfig, log: Any = None) -> Result:
     """One campaign; the cluster is always stopped, faults always healed. ``log``
     gets progress lines (default: printed and flushed at once)."""
-    log = log or functools.partial(print, flush=True)
     run_dir = config.out / f"seed-{config.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=True)
+    log = _tee(log or functools.partial(print, flush=True), run_dir / "campaign.log")
     replay = replay_command(config)
     log(f"chaos seed: {config.seed} (replay: {replay}); output in {run_dir}")
     raft = {"log_compaction_min_entries": config.compaction_entries}
-    cluster = ChaosCluster(run_dir / "cluster", config.nodes, seed=config.seed, raft=raft)
+    disks, storage = disk_setup(config)
+    cluster = ChaosCluster(
+        run_dir / "cluster", config.nodes, seed=config.seed, raft=raft, disks=disks, storage=storage
+    )
     try:
         result = _run_in(cluster, config, run_dir, log)
+    except BaseException as exc:  # keep what happened: the run dir stays, with node logs
+        log(f"campaign aborted: {type(exc).__name__}: {exc}; output kept in {run_dir}")
+        with open(run_dir / "campaign.log", "a") as f:
+            traceback.print_exc(file=f)
+        raise
     finally:
         cluster.stop()
     (run_dir / "report.json").write_text(result.to_json())
+    (run_dir / "report.txt").write_text(result.render() + "\n")
     if result.ok and not config.keep_data:
         shutil.rmtree(run_dir / "cluster", ignore_errors=True)
     return result
+
+
+def _tee(log: Any, path: Path) -> Any:
+    """``log``, also appending every line to ``path`` (kept when a run fails)."""
+
+    def both(line: str) -> None:
+        with open(path, "a") as f:
+            f.write(line + "\n")
+        log(line)
+
+    return both
 
 
 def _run_in(cluster: ChaosCluster, config: CampaignConfig, run_dir: Path, log: Any) -> Result:
@@ -400,6 +442,7 @@ def parse_args(argv: list[str] | None) -> CampaignConfig:
     add("--nemesis", default=",".join(FACTORIES), help="subset of: " + ", ".join(FACTORIES))
     add("--fifo", action="store_true", help="a FIFO queue; also checks per-key order")
     add("--keep-data", action="store_true", help="keep node data even when valid")
+    add("--quota", type=int, default=0, help="messages/s quota on the workload's principal")
     args = parser.parse_args(argv)
     names = [n for n in args.nemesis.split(",") if n]
     unknown = [n for n in names if n not in FACTORIES]
@@ -409,6 +452,7 @@ def parse_args(argv: list[str] | None) -> CampaignConfig:
     return CampaignConfig(
         duration_s=args.duration, seed=seed, nodes=args.nodes, out=args.out, nemeses=names,
         ordering="fifo" if args.fifo else "none", keep_data=args.keep_data,
+        quota_messages_per_s=args.quota,
     )  # fmt: skip
 
 

@@ -172,9 +172,16 @@ class ChaosCluster:
         raft: dict[str, Any] | None = None,
         env: dict[str, str] | None = None,
         port_block: int = DEFAULT_PORT_BLOCK,
+        disks: dict[str, int] | None = None,
+        storage: dict[str, Any] | None = None,
     ) -> None:
         self.base_dir = Path(base_dir)
         self.seed = seed
+        # Disk faults (chaos/disks.py): {"tmpfs": node, "eio": node}, mounted under
+        # those nodes' data directories by start(), unmounted by stop().
+        self.disks = dict(disks or {})
+        self.tmpfs: Any = None
+        self.eio: Any = None
         base = free_block(100 * (nodes + 1))  # ports: see LocalCluster._spec
         self.local = _ProxiedCluster(
             self.base_dir,
@@ -183,6 +190,7 @@ class ChaosCluster:
             raft=dict(raft or {}),
             env=dict(env or {}),
             port_block=port_block,
+            storage=dict(storage or {}),
         )
         self.nodes = nodes
         self.links: list[Link] = []
@@ -196,6 +204,7 @@ class ChaosCluster:
         """Start the proxy process, create every proxy, then the nodes; wait until ready."""
         self._start_proxy_server()
         self._create_proxies()
+        self._mount_disks()
         self.local.start()
         self.local.wait_ready(timeout_s)
         return self
@@ -238,7 +247,10 @@ class ChaosCluster:
         """Stop the nodes (resuming paused ones first), then the proxy process."""
         for i in list(self.paused):
             self.resume(i)
-        self.local.stop()
+        try:
+            self.local.stop()
+        finally:
+            self._unmount_disks()
         if self.api is not None:
             self.api.close()
         if self._proxy_proc is not None and self._proxy_proc.poll() is None:
@@ -255,6 +267,24 @@ class ChaosCluster:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def _mount_disks(self) -> None:
+        from chaos.disk_nemesis import TMPFS_BYTES
+        from chaos.disks import EioMount, Tmpfs
+
+        if "tmpfs" in self.disks:
+            self.tmpfs = Tmpfs(self.data_dir(self.disks["tmpfs"]), TMPFS_BYTES).mount()
+        if "eio" in self.disks:
+            self.eio = EioMount(self.data_dir(self.disks["eio"])).mount()
+
+    def _unmount_disks(self) -> None:
+        for fs in (self.tmpfs, self.eio):
+            if fs is not None:
+                fs.close()
+        self.tmpfs = self.eio = None
+
+    def disk_node(self, kind: str) -> int:
+        return self.disks[kind]
+
     @property
     def _api(self) -> ProxyApi:
         if self.api is None:
@@ -265,11 +295,16 @@ class ChaosCluster:
     def bootstrap(self) -> str:
         return self.local.bootstrap
 
+    @property
+    def token(self) -> str:
+        """The admin token (LocalCluster.token): chaos runs with auth on."""
+        return self.local.token
+
     def client(self, **kwargs: Any) -> Any:
         """An SDK Client that reaches the nodes through their client proxies."""
         from raft_queue.client import Client
 
-        return Client(bootstrap=self.bootstrap, **kwargs)
+        return Client(bootstrap=self.bootstrap, **{"token": self.token, **kwargs})
 
     def node_id(self, i: int) -> str:
         return self.local.specs[i].node_id

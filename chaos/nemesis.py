@@ -8,7 +8,8 @@ Network faults (through the proxies): isolate a leader; majority/minority split
 (sometimes cutting the minority's clients too); bridge (two halves that only one node
 sees both of); one-way cuts to or from a leader; flapping splits; latency with jitter;
 bandwidth limits. Process faults (by PID): SIGKILL or SIGSTOP of one node, a majority,
-or all of them; and SIGKILL of a lagging node while it receives a snapshot.
+or all of them; and SIGKILL of a lagging node while it receives a snapshot. Disk
+faults (chaos/disk_nemesis.py): a full disk, and a disk returning EIO, on one node.
 """
 
 from __future__ import annotations
@@ -404,3 +405,12 @@ class Schedule:
             nemesis.heal(ctx)
             fault.heal_s = ctx.clock()
             ctx.log(f"[{fault.heal_s:7.1f}s] healed {fault.name}")
+
+
+def _add_disk_nemeses() -> None:
+    from chaos.disk_nemesis import DISK_FACTORIES
+
+    FACTORIES.update(DISK_FACTORIES)
+
+
+_add_disk_nemeses()

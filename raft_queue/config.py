@@ -53,8 +53,11 @@ def check_name(
         raise error(field_name, f"{value!r} must be 1..{max_len} of A-Z a-z 0-9 _ . - (not first)")
 
 
-def check_queue_name(name: str) -> None:
-    check_name("name", name, QUEUE_NAME_MAX)
+def check_queue_name(name: str, field_name: str = "name") -> None:
+    """The one queue-name rule: 1..80 characters (as SQS) of [A-Za-z0-9_.-],
+    not starting with a separator. The front end (server/convert.py) and the
+    metadata machine both check it."""
+    check_name(field_name, name, QUEUE_NAME_MAX)
 
 
 def parse_host_port(field_name: str, value: str) -> tuple[str, int]:
@@ -93,7 +96,8 @@ class RaftTuning:
     Elections start after a random timeout in [min, max]; the leader sends
     heartbeats every ``heartbeat_period_s`` and steps down after
     ``leader_fallback_timeout_s`` without hearing from a quorum (so a
-    partitioned leader stops accepting writes). ``coalesce_heartbeats``:
+    partitioned leader stops accepting writes; pysyncobj's fallback is one
+    maximum election timeout). ``coalesce_heartbeats``:
     heartbeats of idle groups travel as one message per node pair per period
     (replication/heartbeats.py) instead of one per group and follower.
     """
@@ -102,13 +106,16 @@ class RaftTuning:
     election_timeout_max_s: float = 1.6
     heartbeat_period_s: float = 0.2
     tick_period_s: float = 0.05
-    leader_fallback_timeout_s: float = 3.0
-    connection_timeout_s: float = 3.5
-    connection_retry_s: float = 1.0
     log_compaction_min_entries: int = 5000
     log_compaction_min_time_s: float = 300.0
+    # Commands submitted to one group and not yet proposed; one more is
+    # refused with ResourceExhausted naming raft.commands_queue_size
+    # (replication/group.py): backpressure, not unbounded memory.
     commands_queue_size: int = 100_000
-    append_entries_batch_bytes: int = 1 * MIB
+    # Bytes of commands packed into one Raft entry (one AppendEntries
+    # payload), unless a single command is larger (bounded by
+    # limits.max_request_bytes).
+    append_entries_batch_bytes: int = 4 * MIB
     coalesce_heartbeats: bool = True
 
     def __post_init__(self) -> None:
@@ -127,8 +134,6 @@ class RaftTuning:
             raise ConfigError("raft.heartbeat_period_s", "must be <= election_timeout_min_s / 2")
         if self.tick_period_s > self.heartbeat_period_s:
             raise ConfigError("raft.tick_period_s", "must be <= heartbeat_period_s")
-        if self.leader_fallback_timeout_s < self.election_timeout_max_s:
-            raise ConfigError("raft.leader_fallback_timeout_s", "must be >= election_timeout_max_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,16 +182,33 @@ class ClusterTuning:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Per-request limits the front end enforces (ResourceExhausted/InvalidArgument)."""
+    """Per-request limits the front end enforces, and the bounds on what
+    clients can make a node hold (ResourceExhausted/InvalidArgument naming
+    ``limits.<key>``; docs/operations.md "Limits")."""
 
+    # Body + header names + header values of one message; caps every queue's.
     max_message_bytes: int = 1 * MIB
     max_batch_messages: int = 10_000
     max_receive_messages: int = 1000
     max_wait_ms: int = 20_000
+    # The largest gRPC message the node takes or sends.
     max_request_bytes: int = 64 * MIB
     # How long a lingering lease waits for its consumer's next Receive
     # (server/lingering.py); 0 = never linger.
     receive_linger_ms: int = 50
+    # Headers per message and bytes of one header name (UTF-8).
+    max_headers: int = 64
+    max_header_name_bytes: int = 256
+    # Calls of QueueService / AdminService in progress on this node (long
+    # polls and Subscribe streams included); NodeService and health exempt.
+    max_concurrent_rpcs: int = 4096
+    # Long polls standing on one partition replica, and per consumer id there.
+    max_standing_polls_per_partition: int = 4096
+    max_standing_polls_per_consumer: int = 64
+    # Credit a Subscribe stream may hold (granted, not yet used).
+    max_subscribe_credit: int = 10_000
+    # Bytes of messages in one Receive / Read answer (partial batch beyond).
+    max_receive_bytes: int = 16 * MIB
 
     def __post_init__(self) -> None:
         _check_int(ConfigError, "limits.max_message_bytes", self.max_message_bytes, 1,
@@ -197,6 +219,19 @@ class Limits:
         _check_int(ConfigError, "limits.receive_linger_ms", self.receive_linger_ms, 0, 60_000)
         _check_int(ConfigError, "limits.max_request_bytes", self.max_request_bytes,
                    self.max_message_bytes, 2**31 - 1)  # fmt: skip
+        for name, hi in _LIMIT_BOUNDS:
+            _check_int(ConfigError, f"limits.{name}", getattr(self, name), 1, hi)
+
+
+_LIMIT_BOUNDS = (
+    ("max_headers", 0xFFFF),
+    ("max_header_name_bytes", 0xFFFF),
+    ("max_concurrent_rpcs", 10**6),
+    ("max_standing_polls_per_partition", 10**6),
+    ("max_standing_polls_per_consumer", 10**6),
+    ("max_subscribe_credit", 10**7),
+    ("max_receive_bytes", 2**31 - 1),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +251,8 @@ class SecurityConfig:
     # sealed messages.
     keyring_file: str = ""
     key_provider: str = ""
+    # SHA-256s of the superuser tokens, one a line, mode 0600 (security/tokens.py)
+    admin_tokens_file: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.insecure, bool):
@@ -267,19 +304,71 @@ class HealthConfig:
     It is ready while it reaches the metadata quorum (a voter: its metadata
     replica knows a leader, and a leader hears from a quorum within
     ``quorum_timeout_s``; a non-voter: its last metadata poll reached a voter
-    that knows a leader), its data directory's file system has at least
-    ``min_free_disk_bytes`` free, and it is not shutting down. Checked every
-    ``check_period_s``.
+    that knows a leader), its data directory's file system is above the
+    ``[storage]`` watermark (the one rule that also refuses sends), and it
+    is not shutting down. Checked every ``check_period_s``.
     """
 
-    min_free_disk_bytes: int = 256 * MIB
     check_period_s: float = 0.5
     quorum_timeout_s: float = 2.0
 
     def __post_init__(self) -> None:
-        _check_int(ConfigError, "health.min_free_disk_bytes", self.min_free_disk_bytes, 0, 2**62)
         _check_positive("health.check_period_s", self.check_period_s)
         _check_positive("health.quorum_timeout_s", self.quorum_timeout_s)
+
+
+@dataclass(frozen=True, slots=True)
+class StorageConfig:
+    """``[storage]``: the free-space watermark of the disk holding ``data_dir``
+    (server/disk.py). Below either threshold the node is "low on disk":
+    sends to every partition with a replica on it are refused
+    (RESOURCE_EXHAUSTED naming the node and the disk; acks, receives and
+    reads go on, and acks free space), and its replicas hand leadership
+    away, until space returns. Checked with every heartbeat
+    (``cluster.heartbeat_period_s``). 0 disables a threshold.
+    """
+
+    min_free_bytes: int = 256 * MIB
+    min_free_percent: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_int(ConfigError, "storage.min_free_bytes", self.min_free_bytes, 0, 2**62)
+        if not 0.0 <= float(self.min_free_percent) < 100.0:
+            raise ConfigError("storage.min_free_percent", "must be in [0, 100)")
+
+
+@dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """``[tls]``: serve gRPC only over TLS, and dial other nodes over TLS.
+
+    All empty = plaintext gRPC. ``cert_file`` + ``key_file`` (PEM) turn TLS
+    on; ``ca_file`` (PEM) is the CA that other nodes' certificates are
+    checked against when this node dials them (empty: the system roots), and
+    that client certificates are checked against. ``require_client_cert``
+    makes it mutual TLS: a client without a certificate signed by ``ca_file``
+    is refused, and this node presents its own certificate when it dials
+    another node. The files are read once, at start (docs/security.md).
+    """
+
+    cert_file: str = ""
+    key_file: str = ""
+    ca_file: str = ""
+    require_client_cert: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.require_client_cert, bool):
+            raise ConfigError("tls.require_client_cert", "must be true or false")
+        if bool(self.cert_file) != bool(self.key_file):
+            missing = "key_file" if self.cert_file else "cert_file"
+            raise ConfigError(f"tls.{missing}", "cert_file and key_file go together")
+        if self.ca_file and not self.cert_file:
+            raise ConfigError("tls.cert_file", "ca_file is set but TLS is off (no cert_file)")
+        if self.require_client_cert and not self.ca_file:
+            raise ConfigError("tls.ca_file", "require_client_cert needs the CA to check them")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.cert_file)
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,6 +402,8 @@ class NodeConfig:
     # "text" (human) or "json" (one object a line: node, request id, queue,
     # partition where known; raft_queue/observability/logs.py).
     log_format: str = "text"
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    tls: TlsConfig = field(default_factory=TlsConfig)
 
     def __post_init__(self) -> None:
         check_name("node_id", self.node_id, error=ConfigError)
@@ -329,6 +420,15 @@ class NodeConfig:
             parse_host_port("seeds", seed)
         if self.log_format not in ("text", "json"):
             raise ConfigError("log_format", f"{self.log_format!r} not one of text, json")
+        if self.raft.append_entries_batch_bytes > self.limits.max_request_bytes:
+            # An entry must fit the Raft link's frame, sized from max_request_bytes.
+            raise ConfigError(
+                "raft.append_entries_batch_bytes", "must be <= limits.max_request_bytes"
+            )
+        if self.queue_defaults.max_message_bytes > self.limits.max_message_bytes:
+            raise ConfigError(
+                "queue_defaults.max_message_bytes", "must be <= limits.max_message_bytes"
+            )
         self._check_ports()
         self._check_controllers()
 

@@ -72,11 +72,6 @@ class OutcomeUnknown(QueueError):
     retryable = True
 
 
-class Unauthenticated(QueueError):
-    """The caller did not prove who it is: a node-to-node call without a valid
-    node signature (or, for clients, without a valid token)."""
-
-
 class OutOfRange(QueueError):
     """Read below the earliest retained offset (as Kafka's OffsetOutOfRange)."""
 
@@ -87,9 +82,35 @@ class ResourceExhausted(QueueError):
     retryable = True
 
 
+class OverQuota(ResourceExhausted):
+    """A principal's quota is spent (docs/operations.md "Quotas and usage").
+    Nothing was applied; ``retry_after_ms`` says when the same request would
+    pass (the ``retry-after-ms`` trailer; the SDK waits that long and retries)."""
+
+    def __init__(self, message: str, retry_after_ms: int = 0) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
+
+
 class Internal(QueueError):
     """A bug or an unexpected library failure; logged with its traceback."""
 
 
+class OldEntryFormat(Internal):
+    """A Raft entry or journal in another entry format (a pickle from before
+    entry format 2, replication/entries.py): refused, never unpickled."""
+
+
 class VersionMismatch(QueueError):
     """A dependency is not the exact version our fixes depend on."""
+
+
+class Unauthenticated(QueueError):
+    """The caller did not prove who it is: a client without a valid bearer
+    token (none, invalid, rotated or deleted), or a node-to-node call without
+    a valid node signature. Nothing was read or written."""
+
+
+class PermissionDenied(QueueError):
+    """The caller's grants do not allow this operation on this queue; the
+    message names both. Nothing was read or written."""

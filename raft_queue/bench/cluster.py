@@ -69,11 +69,13 @@ def bench_queue(
         drop_queue(client, name)
 
 
-def local_cluster(base_dir: Path, nodes: int = 3, ports_per_node: int = 400) -> LocalCluster:
+def local_cluster(
+    base_dir: Path, nodes: int = 3, ports_per_node: int = 400, tls: bool = False
+) -> LocalCluster:
     """A LocalCluster whose nodes get ``ports_per_node`` partition ports each (one per
     replica), in one block so nodes never share a port. LocalCluster's default (100 per
     node, blocks chosen independently) cannot host the 256-replica idle test."""
-    cluster = LocalCluster(base_dir, nodes=nodes)
+    cluster = LocalCluster(base_dir, nodes=nodes, tls=tls)
     start = free_block(nodes * ports_per_node)
     cluster.specs = [
         dataclasses.replace(

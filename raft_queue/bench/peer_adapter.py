@@ -19,7 +19,8 @@ $RAFTQ_SERVER or 127.0.0.1:7101); ``partitions`` (1, as the peers' single
 stream/queue); ``durability`` (fsync); ``threads`` concurrent Send RPCs per
 publish_batch (4); ``pids`` comma-separated node pids for the server CPU
 column, else every ``raft_queue.server.main`` process whose command line
-contains ``cluster_dir`` (default: all of them).
+contains ``cluster_dir`` (default: all of them); ``token`` (default
+$RAFTQ_TOKEN, else ``cluster_dir``/admin.token, which ``raftq dev up`` writes).
 """
 
 from __future__ import annotations
@@ -55,12 +56,23 @@ class RaftQueueAdapter:
         self.threads = max(1, int(opts.get("threads", 4)))
         self.pids = [int(x) for x in str(opts.get("pids", "")).split(",") if x.strip()]
         self.cluster_dir = str(opts.get("cluster_dir", ""))
+        self.opts_token = str(opts.get("token", ""))
         self.client: Client | None = None
         self._pool: ThreadPoolExecutor | None = None
 
     def connect(self) -> None:
-        self.client = Client(self.target, timeout_s=60)
+        # token option, else $RAFTQ_TOKEN, else the admin token of cluster_dir (dev up's)
+        self.client = Client(self.target, timeout_s=60, token=self._token())
         self._pool = ThreadPoolExecutor(self.threads)
+
+    def _token(self) -> str | None:
+        if self.opts_token or os.environ.get("RAFTQ_TOKEN"):
+            return self.opts_token or None
+        path = os.path.join(self.cluster_dir, "admin.token") if self.cluster_dir else ""
+        if path and os.path.exists(path):
+            with open(path) as f:
+                return f.read().strip()
+        return None
 
     def _c(self) -> Client:
         if self.client is None:

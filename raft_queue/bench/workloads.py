@@ -88,6 +88,7 @@ class Target:
     bootstrap: str
     pids: list[int] = field(default_factory=list)
     tag: str = ""
+    token: str | None = None  # for the workloads' own clients (else $RAFTQ_TOKEN)
 
 
 @dataclass
@@ -241,7 +242,7 @@ def w4(t: Target, p: Params) -> Result:
     ctx = mp.get_context("spawn")
     ready, out = ctx.Event(), ctx.Queue()
     with bench_queue(t.client, f"bench-w4{t.tag}", p.partitions, p.durability, p.encryption) as q:
-        args = (t.bootstrap, q, total, warm, p.w4_wait_ms, p.w4_secs + 30, ready, out)
+        args = (t.bootstrap, q, total, warm, p.w4_wait_ms, p.w4_secs + 30, ready, out, t.token)
         proc = ctx.Process(target=w4_consumer, args=args, daemon=True)
         proc.start()
         try:
@@ -291,14 +292,14 @@ def produce_at_rate(client: Client, queue: str, p: Params, total: int) -> tuple[
 
 def w4_consumer(
     bootstrap: str, queue: str, expect: int, warm: int, wait_ms: int, max_secs: float,
-    ready: Any, out: Any,
+    ready: Any, out: Any, token: str | None = None,
 ) -> None:  # fmt: skip
     """The W4 consumer, in its own process (spawn): receive(wait_ms) + ack until
     ``expect`` distinct messages arrived. Latency per message from the producer's
     stamp to: receive return (``recv``), ack return (``acked``, the peer harness's
     definition, whose consume() includes the ack), and from its schedule (``sched``)."""
     try:
-        with Client(bootstrap) as client:
+        with Client(bootstrap, token=token) as client:
             client.partitions(queue)  # learn the leaders before the producer starts
             ready.set()
             out.put(_consume(client, queue, expect, warm, wait_ms, max_secs))
@@ -362,7 +363,7 @@ def idle(t: Target, p: Params) -> Result:
     info: dict[str, Any] = {}
     # Long timeout and many retries: creating 100s of groups takes a while and may
     # cost the metadata group an election.
-    with Client(t.bootstrap, timeout_s=300, retries=30) as admin:
+    with Client(t.bootstrap, timeout_s=300, retries=30, token=t.token) as admin:
         try:
             for replicas in p.idle_replicas:
                 want = math.ceil(replicas * len(t.pids) / 3)  # partitions: 3 replicas each

@@ -104,6 +104,19 @@ GOALS = {
     help="Encryption at rest of the benchmark queues (its cost: docs/benchmarks.md).",
 )
 @click.option("--quiet-pct", type=float, default=25.0, show_default=True)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="Start the cluster with [security] insecure = true and send no token "
+    "(measures what authentication costs; docs/benchmarks.md).",
+)
+@click.option(
+    "--tls",
+    "bench_tls",
+    is_flag=True,
+    help="Start the local cluster with TLS (gRPC between clients and nodes and between "
+    "nodes), to measure its cost; W1-W3 only. With --server, use the global --tls/--ca.",
+)
 @click.option("--scale", type=click.FloatRange(0.001), default=1.0, hidden=True)
 @json_option
 def bench(
@@ -119,6 +132,8 @@ def bench(
     quiet_pct: float,
     scale: float,
     as_json: bool,
+    insecure: bool = False,
+    bench_tls: bool = False,
 ) -> None:
     """Benchmark W1-W4 and idle CPU; print medians (min..max) beside the targets."""
     names = _parse_workloads(workloads)
@@ -134,7 +149,7 @@ def bench(
         "cores": os.cpu_count(),
         "python": platform.python_version(),
     }
-    with _target(bench_server, nodes) as (target, outcome):
+    with _target(bench_server, nodes, insecure, bench_tls) as (target, outcome):
         results = [
             _run_one(name, run, target, params, quiet_wait, quiet_pct)
             for run, name in _schedule(names, runs)
@@ -168,24 +183,31 @@ def _parse_workloads(spec: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def _target(server: str | None, nodes: int) -> Iterator[tuple[Target, dict[str, bool]]]:
+def _target(
+    server: str | None, nodes: int, insecure: bool = False, tls: bool = False
+) -> Iterator[tuple[Target, dict[str, bool]]]:
     """A Target on ``server``, or on a fresh local cluster that is stopped afterwards;
     its directory is removed unless the caller sets ``outcome["failed"]`` (or raises)."""
     tag = f"-{os.getpid()}-{int(time.time()) % 100000}"
     outcome = {"failed": True}
     if server:
-        with Client(server, timeout_s=60) as client:
-            yield Target(client, server, [], tag), outcome
+        session = click.get_current_context().find_root().obj
+        token = getattr(session, "token", None)
+        with Client(server, timeout_s=60, token=token, **getattr(session, "tls", {})) as client:
+            yield Target(client, server, [], tag, token), outcome
         return
     base = Path(tempfile.mkdtemp(prefix="raftq-bench-"))
-    cluster = local_cluster(base, nodes)
+    cluster = local_cluster(base, nodes, tls=tls)
+    if insecure:
+        cluster.security = {"insecure": True}
     click.echo(f"starting a {nodes}-node cluster in {base}", err=True)
     try:
         cluster.start()
         cluster.wait_ready(60)
-        with cluster.client(timeout_s=60) as client:
+        token = "" if insecure else cluster.token  # "" also overrides $RAFTQ_TOKEN
+        with cluster.client(timeout_s=60, token=token) as client:
             pids = [cluster.pid(i) for i in range(nodes)]
-            yield Target(client, cluster.bootstrap, pids, tag), outcome
+            yield Target(client, cluster.bootstrap, pids, tag, token), outcome
     finally:
         cluster.stop()
         if outcome["failed"]:

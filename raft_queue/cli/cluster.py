@@ -44,6 +44,7 @@ def status(session: Session, digests: bool, as_json: bool) -> None:
         print_json({**to_jsonable(result), **extra})
         return
     _print_status(result, digests)
+    _print_disk_problems(result)
     if voters is None:
         return
     names = [f"{c.node} (leader)" if c.leader else c.node for c in voters.controllers]
@@ -74,6 +75,18 @@ REPLICA_COLUMNS: list[Column] = [
     ("next offset", attrgetter("next_offset")),
     ("quorum", attrgetter("has_quorum")),
 ]
+
+
+def _print_disk_problems(result: ClusterStatus) -> None:
+    """Storage trouble, one line each: failed replicas, nodes low on disk."""
+    for r in result.replicas:
+        if r.role == "failed":
+            print_line(f"FAILED {r.queue}/{r.partition} on {r.node}: {r.failure}", stderr=True)
+    for n in result.nodes:
+        if n.disk_low:
+            print_line(f"LOW DISK on {n.id}: {n.disk_low}", stderr=True)
+        if n.failure:
+            print_line(f"FAILED replica on {n.id}: {n.failure}", stderr=True)
 
 
 def _print_status(result: ClusterStatus, digests: bool) -> None:

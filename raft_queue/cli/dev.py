@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import signal
 import time
 from pathlib import Path
@@ -31,13 +32,26 @@ def dev() -> None:
     type=click.IntRange(1024, 60000),
     help="gRPC on base+1.., metadata Raft on base+51.., partitions base+100*i..",
 )
-def up(nodes: int, data_dir: str, base_port: int) -> None:
+@click.option(
+    "--tls",
+    is_flag=True,
+    help="Make a CA and node certificates in DATA_DIR/tls and serve gRPC over TLS only.",
+)
+@click.option(
+    "--mtls",
+    is_flag=True,
+    help="As --tls, and nodes require client certificates (one is made for principal admin).",
+)
+def up(nodes: int, data_dir: str, base_port: int, tls: bool = False, mtls: bool = False) -> None:
     """Start NODES node processes and stay in the foreground (Ctrl-C stops them).
 
     Run it again on the same --data-dir while the cluster runs and it starts
     only the nodes that are down (after a kill -9), then returns.
     """
-    cluster = LocalCluster(Path(data_dir).resolve(), nodes=nodes, base_port=base_port)
+    cluster = LocalCluster(
+        Path(data_dir).resolve(), nodes=nodes, base_port=base_port, tls=tls or mtls,
+        tls_options={"require_client_cert": True} if mtls else {},
+    )  # fmt: skip
     running = [i for i in range(nodes) if cluster.running_pid(i)]
     if running:
         _restart_missing(cluster, running)
@@ -63,6 +77,10 @@ def up(nodes: int, data_dir: str, base_port: int) -> None:
         )
         click.echo(f"      status page {s.metrics_url}/  metrics {s.metrics_url}/metrics")
     click.echo(f"\n  export RAFTQ_SERVER={cluster.bootstrap}")
+    # The admin token (also in <data dir>/admin.token, 0600): a dev cluster is closed too.
+    click.echo(f"  export RAFTQ_TOKEN={cluster.token}")
+    for line in tls_exports(cluster):
+        click.echo(f"  export {line}")
     click.echo("  raftq cluster status\n\nCtrl-C stops the cluster.")
     reported: set[int] = set()
     try:
@@ -94,3 +112,14 @@ def _restart_missing(cluster: LocalCluster, running: list[int]) -> None:
         cluster.start(i)
         click.echo(f"restarted n{i + 1} (pid {cluster.pid(i)}); it catches up from its peers")
     cluster.procs.clear()  # the first `raftq dev up` owns the cluster and stops it
+
+
+def tls_exports(cluster: LocalCluster) -> list[str]:
+    """The RAFTQ_TLS / RAFTQ_CA_FILE (/ RAFTQ_CERT_FILE, RAFTQ_KEY_FILE) settings that
+    point raftq at this cluster's TLS material; none for a plaintext cluster."""
+    names = {"tls": "RAFTQ_TLS", "ca_file": "RAFTQ_CA_FILE", "cert_file": "RAFTQ_CERT_FILE",
+             "key_file": "RAFTQ_KEY_FILE"}  # fmt: skip
+    out = []
+    for key, value in cluster.client_options().items():
+        out.append(f"{names[key]}={1 if value is True else shlex.quote(str(value))}")
+    return out

@@ -16,11 +16,14 @@ from typing import Any
 
 import click
 
+from raft_queue.cli.access import grant, principal, secret
 from raft_queue.cli.cluster import cluster
 from raft_queue.cli.controller import controller
 from raft_queue.cli.messages import ack, history, nack, read, receive, send, tail
 from raft_queue.cli.partitions import leaders, partitions
 from raft_queue.cli.queue import queue
+from raft_queue.cli.quota import quota, usage
+from raft_queue.cli.tls import tls_arguments, tls_options
 from raft_queue.client import Client
 from raft_queue.errors import QueueError
 
@@ -30,15 +33,25 @@ DEFAULT_SERVER = "127.0.0.1:7101"
 class Session:
     """Per-invocation state: where to connect, and the client made on first use."""
 
-    def __init__(self, server: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        server: str,
+        timeout_s: float,
+        token: str | None = None,
+        tls: dict[str, Any] | None = None,
+    ) -> None:
         self.server = server
         self.timeout_s = timeout_s
+        self.token = token
+        self.tls = tls or {}  # Client's TLS keyword arguments (client/tls.py)
         self._client: Client | None = None
 
     @property
     def client(self) -> Client:
         if self._client is None:
-            self._client = Client(self.server, timeout_s=self.timeout_s)
+            self._client = Client(
+                self.server, timeout_s=self.timeout_s, token=self.token, **self.tls
+            )
         return self._client
 
     def close(self) -> None:
@@ -79,16 +92,33 @@ class RaftqGroup(click.Group):
     show_default=True,
     help="Seconds per command, retries included.",
 )
+@click.option(
+    "--token",
+    envvar="RAFTQ_TOKEN",
+    default=None,
+    show_envvar=True,
+    help="Bearer token (else the profile file ~/.config/raftq/credentials, RAFTQ_PROFILE).",
+)
+@tls_options
 @click.pass_context
-def main(ctx: click.Context, server: str, timeout_s: float) -> None:
+def main(
+    ctx: click.Context,
+    server: str,
+    timeout_s: float,
+    token: str | None,
+    tls: bool | None,
+    ca_file: str | None,
+    cert_file: str | None,
+    key_file: str | None,
+) -> None:
     """raftq: operate a raft_queue cluster."""
-    session = Session(server, timeout_s)
+    session = Session(server, timeout_s, token, tls_arguments(tls, ca_file, cert_file, key_file))
     ctx.obj = session
     ctx.call_on_close(session.close)
 
 
 _COMMANDS = (cluster, controller, queue, partitions, leaders, send, receive, ack, nack, read,
-             tail, history)  # fmt: skip
+             tail, history, principal, grant, secret, quota, usage)  # fmt: skip
 for _command in _COMMANDS:
     main.add_command(_command)
 

@@ -14,6 +14,7 @@ or ``list_controllers`` instead.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from raft_queue._proto.raft_queue.v1 import admin_pb2
@@ -98,3 +99,60 @@ class AdminSurface:
         """The metadata group's voters and the change in flight, if any."""
         req = admin_pb2.ListControllersRequest()
         return self._run(_admin("ListControllers", req, mutating=False))
+
+    # ---- principals and grants (docs/security.md) ----------------------------------
+    def create_principal(self, name: str) -> Any:
+        """A new principal; the ``PrincipalTokenResponse`` holds its token,
+        shown this once (the cluster keeps only its SHA-256)."""
+        return self._run(_admin("CreatePrincipal", admin_pb2.CreatePrincipalRequest(name=name)))
+
+    def rotate_principal(self, name: str) -> Any:
+        """A new token for ``name`` (in the ``PrincipalTokenResponse``); the
+        old one stops working at once."""
+        return self._run(_admin("RotatePrincipal", admin_pb2.RotatePrincipalRequest(name=name)))
+
+    def delete_principal(self, name: str) -> None:
+        """Delete ``name`` and its grants; its token stops working."""
+        self._run(_admin("DeletePrincipal", admin_pb2.DeletePrincipalRequest(name=name)))
+
+    def list_principals(self, name: str = "") -> list[Any]:
+        """Every principal (or only ``name``) with its grants: ``PrincipalInfo`` messages."""
+        req = admin_pb2.ListPrincipalsRequest(name=name)
+        return list(self._run(_admin("ListPrincipals", req, mutating=False)).principals)
+
+    def add_grant(self, principal: str, pattern: str, operations: Sequence[str]) -> Any:
+        """Allow ``operations`` (send, receive, read, manage, admin) on the queues
+        ``pattern`` matches (a name, a prefix ending in ``*``, or ``*``)."""
+        req = admin_pb2.GrantRequest(principal=principal, pattern=pattern, operations=operations)
+        return self._run(_admin("AddGrant", req))
+
+    def remove_grant(self, principal: str, pattern: str, operations: Sequence[str] = ()) -> Any:
+        """Take back ``operations`` on ``pattern`` (all of them when empty)."""
+        req = admin_pb2.GrantRequest(principal=principal, pattern=pattern, operations=operations)
+        return self._run(_admin("RemoveGrant", req))
+
+    # ---- quotas and usage (docs/operations.md "Quotas and usage") --------------
+
+    def set_quota(
+        self, principal: str, messages_per_s: int = 0, bytes_per_s: int = 0,
+        burst_s: float = 1.0, queue: str = "",
+    ) -> Any:  # fmt: skip
+        """Set ``principal``'s quota (on ``queue``; "" = all its queues
+        together); 0 = no limit on that measure. Returns a ``QuotaInfo``."""
+        req = admin_pb2.QuotaInfo(principal=principal, queue=queue, messages_per_s=messages_per_s,
+                                  bytes_per_s=bytes_per_s, burst_s=burst_s)  # fmt: skip
+        return self._run(_admin("SetQuota", req, mutating=False))  # same request = same result
+
+    def remove_quota(self, principal: str, queue: str = "") -> Any:
+        req = admin_pb2.RemoveQuotaRequest(principal=principal, queue=queue)
+        return self._run(_admin("RemoveQuota", req))
+
+    def list_quotas(self, principal: str = "") -> list[Any]:
+        req = admin_pb2.ListQuotasRequest(principal=principal)
+        return list(self._run(_admin("ListQuotas", req, mutating=False)).quotas)
+
+    def usage(self, principal: str = "", queue: str = "", since_ms: int = 0) -> list[Any]:
+        """Usage rows (``UsageRow``) per principal, queue, hour and operation,
+        as flushed to the metadata group (nodes flush about every second)."""
+        req = admin_pb2.GetUsageRequest(principal=principal, queue=queue, since_ms=since_ms)
+        return list(self._run(_admin("GetUsage", req, mutating=False)).rows)

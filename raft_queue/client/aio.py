@@ -22,10 +22,12 @@ import grpc
 from raft_queue.client.aio_subscription import AsyncSubscription
 from raft_queue.client.calls import Call, Flow
 from raft_queue.client.client import Surface, parse_bootstrap
+from raft_queue.client.credentials import call_metadata, resolve_token
 from raft_queue.client.errors import from_rpc_error
 from raft_queue.client.partitioner import RoundRobin
 from raft_queue.client.retry import Backoff, Retrier
 from raft_queue.client.routing import CHANNEL_OPTIONS, AnyNode, Router
+from raft_queue.client.tls import ClientTls, aio_factory
 from raft_queue.errors import QueueError
 
 T = TypeVar("T")
@@ -45,8 +47,16 @@ class AsyncClient(Surface):
         retries: int = 5,
         *,
         backoff: Backoff | None = None,
+        token: str | None = None,
+        tls: bool = False,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
     ) -> None:
-        self._router = Router(parse_bootstrap(bootstrap), channel_factory=aio_channel)
+        # TLS arguments as Client's (client/tls.py).
+        factory = aio_factory(ClientTls.of(tls, ca_file, cert_file, key_file))
+        self._router = Router(parse_bootstrap(bootstrap), channel_factory=factory)
+        self._router.metadata = call_metadata(resolve_token(token))
         self._retrier = Retrier(retries, timeout_s, backoff)
         self._round_robin = RoundRobin()
 
@@ -82,7 +92,9 @@ class AsyncClient(Surface):
             address = target.address(router)
             stub = router.admin_stub(address) if call.admin else router.queue_stub(address)
             try:
-                return await getattr(stub, call.rpc)(call.request, timeout=timeout_s)
+                return await getattr(stub, call.rpc)(
+                    call.request, timeout=timeout_s, metadata=router.metadata
+                )
             except grpc.RpcError as exc:
                 err = from_rpc_error(exc, mutating=call.mutating)
                 target.failed(router, address, err)
@@ -103,4 +115,6 @@ class AsyncClient(Surface):
         """Push delivery, as ``Client.subscribe``: ``async for`` over the result;
         at most ``prefetch`` unacked when you ack each before the next."""
         stub = self._router.queue_stub(self._router.any_address())
-        return AsyncSubscription(stub, queue, prefetch, visibility_ms, consumer, auto_grant)
+        return AsyncSubscription(
+            stub, queue, prefetch, visibility_ms, consumer, auto_grant, self._router.metadata
+        )

@@ -32,6 +32,7 @@ class AsyncSubscription:
         visibility_ms: int | None,
         consumer: str,
         auto_grant: bool,
+        metadata: tuple[tuple[str, str], ...] = (),
     ) -> None:
         if prefetch < 1:
             raise InvalidArgument("prefetch", "must be at least 1")
@@ -43,7 +44,7 @@ class AsyncSubscription:
         self._auto_grant = auto_grant
         self._delivered = 0
         self._closed = False
-        self._call = stub.Subscribe()
+        self._call = stub.Subscribe(metadata=metadata)
 
     async def _write(self, request: Any) -> None:
         try:

@@ -27,6 +27,7 @@ from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.client import calls
 from raft_queue.client.admin import AdminSurface
 from raft_queue.client.calls import MAX_BATCH, Call, Flow, Receipts
+from raft_queue.client.credentials import call_metadata, resolve_token
 from raft_queue.client.errors import from_rpc_error
 from raft_queue.client.models import (
     ClusterStatus,
@@ -44,6 +45,7 @@ from raft_queue.client.redrive import RedriveProgress, redrive
 from raft_queue.client.retry import Backoff, Retrier
 from raft_queue.client.routing import AnyNode, Router
 from raft_queue.client.subscription import Subscription
+from raft_queue.client.tls import ClientTls, sync_factory
 from raft_queue.errors import InvalidArgument, QueueError
 
 T = TypeVar("T")
@@ -251,6 +253,12 @@ class Client(Surface):
     accepts any request. ``timeout_s`` bounds each method including its
     retries (long polls add their wait); ``retries`` bounds the retries.
     ``backoff`` and ``sleep`` tune or replace the waits between retries.
+    ``token``: the bearer token every call carries; None looks in
+    ``$RAFTQ_TOKEN``, then the profile file (client/credentials.py); ``""``
+    sends none (a node with ``[security] insecure = true``).
+    ``tls=True``: connect over TLS, checking the nodes against ``ca_file``
+    (PEM; default: the system roots); ``cert_file`` + ``key_file``: this
+    client's certificate, for nodes that require one (docs/security.md).
     """
 
     def __init__(
@@ -261,8 +269,16 @@ class Client(Surface):
         *,
         backoff: Backoff | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        token: str | None = None,
+        tls: bool = False,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
     ) -> None:
-        self._router = Router(parse_bootstrap(bootstrap))
+        factory = sync_factory(ClientTls.of(tls, ca_file, cert_file, key_file))
+        self._router = Router(parse_bootstrap(bootstrap), channel_factory=factory)
+        # token=, else $RAFTQ_TOKEN, else the profile file (client/credentials.py)
+        self._router.metadata = call_metadata(resolve_token(token))
         self._retrier = Retrier(retries, timeout_s, backoff, sleep=sleep)
         self._round_robin = RoundRobin()
 
@@ -302,7 +318,9 @@ class Client(Surface):
             address = target.address(router)
             stub = router.admin_stub(address) if call.admin else router.queue_stub(address)
             try:
-                return getattr(stub, call.rpc)(call.request, timeout=timeout_s)
+                return getattr(stub, call.rpc)(
+                    call.request, timeout=timeout_s, metadata=router.metadata
+                )
             except grpc.RpcError as exc:
                 err = from_rpc_error(exc, mutating=call.mutating)
                 target.failed(router, address, err)
@@ -323,7 +341,9 @@ class Client(Surface):
         you ack each before asking for the next (``auto_grant``), or grant
         credit yourself with ``Subscription.grant``. See client/subscription.py."""
         stub = self._router.queue_stub(self._router.any_address())
-        return Subscription(stub, queue, prefetch, visibility_ms, consumer, auto_grant)
+        return Subscription(
+            stub, queue, prefetch, visibility_ms, consumer, auto_grant, self._router.metadata
+        )
 
     def redrive(
         self,

@@ -21,6 +21,7 @@ from raft_queue import errors
 ERROR_KEY = "raftq-error"
 FIELD_KEY = "raftq-field"
 LEADER_KEY = "raftq-leader"
+RETRY_AFTER_KEY = "retry-after-ms"
 
 # Substrings of gRPC's own UNAVAILABLE details meaning "no connection was made".
 _NOT_SENT_MARKERS = (
@@ -40,9 +41,9 @@ _BY_CODE: dict[grpc.StatusCode, type[errors.QueueError]] = {
     grpc.StatusCode.UNAVAILABLE: errors.Unavailable,
     grpc.StatusCode.OUT_OF_RANGE: errors.OutOfRange,
     grpc.StatusCode.RESOURCE_EXHAUSTED: errors.ResourceExhausted,
+    # Refusals the caller must fix (a token, a grant), not retry.
+    grpc.StatusCode.PERMISSION_DENIED: errors.PermissionDenied,
     grpc.StatusCode.UNAUTHENTICATED: errors.Unauthenticated,
-    # No dedicated class (yet): a refusal the caller must fix, not retry.
-    grpc.StatusCode.PERMISSION_DENIED: errors.FailedPrecondition,
 }
 
 
@@ -94,6 +95,9 @@ def _build(
         return _invalid_argument(cls, details, trailers.get(FIELD_KEY))
     if issubclass(cls, errors.NotLeader):
         return cls(details, leader=trailers.get(LEADER_KEY, ""))
+    if issubclass(cls, errors.OverQuota):
+        after = trailers.get(RETRY_AFTER_KEY, "")
+        return cls(details, retry_after_ms=int(after) if after.isdigit() else 0)
     return cls(details)
 
 

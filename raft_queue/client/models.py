@@ -174,6 +174,8 @@ class NodeInfo:
     metadata_leader: bool = False
     rack: str = ""
     last_heartbeat_age_ms: int = 0
+    disk_low: str = ""  # below its free-space watermark: why (sends refused)
+    failure: str = ""  # a replica stopped on a storage error (fail-stop)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +194,8 @@ class ReplicaStatus:
     next_offset: int = 0
     digest: str = ""
     has_quorum: bool = False
+    failure: str = ""  # role "failed": why the replica stopped
+    snapshot_failures: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,10 @@ Policy (the caller's contract):
   redirected too (two nodes pointing at each other mid-election); without an
   address it backs off like ``Unavailable`` while an election runs;
 - at most ``retries`` retries and never past ``timeout_s`` from the first
-  attempt; the last error is raised as is.
+  attempt; the last error is raised as is;
+- ``OverQuota`` (RESOURCE_EXHAUSTED with ``retry-after-ms``) waits what the
+  server said (plus up to 10 % jitter) and does not use up ``retries``: only
+  the deadline ends it, with an OverQuota saying how long it retried.
 
 Full jitter (sleep uniform in [0, min(max, base * 2**n)]) as in AWS's
 "Exponential Backoff and Jitter": clients that failed together do not retry
@@ -26,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from raft_queue.errors import NotLeader, OutcomeUnknown, QueueError
+from raft_queue.errors import NotLeader, OutcomeUnknown, OverQuota, QueueError
 
 T = TypeVar("T")
 
@@ -83,19 +86,22 @@ class Retrier:
         ``extra_s`` extends the budget for calls that wait on purpose (long
         polls), so a 20 s receive is not cut by a 10 s client timeout.
         """
-        deadline = self.clock() + self.timeout_s + extra_s
+        started = self.clock()
+        deadline = started + self.timeout_s + extra_s
         retry = 0
         redirected = False
         while True:
             remaining = deadline - self.clock()
             try:
                 return attempt(max(remaining, _MIN_ATTEMPT_S))
+            except OverQuota as exc:
+                delay = self._quota_wait_or_raise(exc, started, deadline)
             except QueueError as exc:
                 delay = self._delay_or_raise(exc, retry, deadline, idempotent, redirected)
                 redirected = isinstance(exc, NotLeader) and bool(exc.leader)
+                retry += 1
             if delay > 0:
                 self.sleep(delay)
-            retry += 1
 
     async def run_async(
         self,
@@ -105,17 +111,33 @@ class Retrier:
         extra_s: float = 0.0,
     ) -> T:
         """``run`` for coroutines (asyncio client): the same policy, awaited sleeps."""
-        deadline = self.clock() + self.timeout_s + extra_s
+        started = self.clock()
+        deadline = started + self.timeout_s + extra_s
         retry, redirected = 0, False
         while True:
             try:
                 return await attempt(max(deadline - self.clock(), _MIN_ATTEMPT_S))
+            except OverQuota as exc:
+                delay = self._quota_wait_or_raise(exc, started, deadline)
             except QueueError as exc:
                 delay = self._delay_or_raise(exc, retry, deadline, idempotent, redirected)
                 redirected = isinstance(exc, NotLeader) and bool(exc.leader)
+                retry += 1
             if delay > 0:
                 await asyncio.sleep(delay)
-            retry += 1
+
+    def _quota_wait_or_raise(self, exc: OverQuota, started: float, deadline: float) -> float:
+        """The server's retry-after (with jitter), or OverQuota when waiting
+        it would pass the deadline."""
+        wait = max(exc.retry_after_ms, 1) / 1000 * (1.0 + 0.1 * self.rng.random())
+        now = self.clock()
+        if now + wait + _MIN_ATTEMPT_S > deadline:
+            raise OverQuota(
+                f"{exc.message}; retried for {now - started:.1f} s (the call's "
+                f"{self.timeout_s:g} s budget): raise the quota or send more slowly",
+                exc.retry_after_ms,
+            ) from exc
+        return wait
 
     def _delay_or_raise(
         self, exc: QueueError, retry: int, deadline: float, idempotent: bool, redirected: bool

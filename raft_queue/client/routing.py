@@ -75,6 +75,8 @@ class Router:
         # delivery history shows it, and the server keeps a lingering lease
         # for a consumer it can recognise (server/lingering.py).
         self.consumer_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        # Call metadata every RPC carries (the bearer token: client/credentials.py).
+        self.metadata: tuple[tuple[str, str], ...] = ()
 
     # ---- channels ---------------------------------------------------------
 

@@ -41,6 +41,7 @@ class Subscription:
         visibility_ms: int | None,
         consumer: str,
         auto_grant: bool,
+        metadata: tuple[tuple[str, str], ...] = (),
     ) -> None:
         if prefetch < 1:
             raise InvalidArgument("prefetch", "must be at least 1")
@@ -51,7 +52,7 @@ class Subscription:
         self._requests.put(first)
         self._auto_grant = auto_grant
         self._delivered = 0
-        self._responses = stub.Subscribe(self._request_stream())
+        self._responses = stub.Subscribe(self._request_stream(), metadata=metadata)
 
     def _request_stream(self) -> Iterator[Any]:
         while True:

@@ -24,20 +24,30 @@ from raft_queue import errors
 from raft_queue.config import IMMUTABLE_QUEUE_FIELDS, QueueSpec, check_name, check_queue_name
 from raft_queue.core import metadata_controllers as controllers
 from raft_queue.core import metadata_keys as keys
+from raft_queue.core import metadata_principals as principals
+from raft_queue.core import metadata_quotas as quotas
 from raft_queue.core.metadata_commands import (
     AddDataKey,
+    CreatePrincipal,
     CreateQueue,
+    DeletePrincipal,
     DeleteQueue,
     DropControllerChange,
     DropMove,
     FinishControllerChange,
     FinishMove,
+    GrantAccess,
     MetaCommand,
+    RecordUsage,
     RegisterNode,
+    RemoveQuota,
+    RevokeAccess,
     RewrapDataKeys,
+    RotatePrincipal,
     SetAssignment,
     SetMovePhase,
     SetNodeState,
+    SetQuota,
     ShredKeys,
     StartControllerChange,
     StartMove,
@@ -57,6 +67,7 @@ from raft_queue.core.metadata_records import (
     Move,
     NodeInfo,
     PartitionAssignment,
+    Principal,
     QueueRecord,
     ReplicaRef,
 )
@@ -69,10 +80,12 @@ __all__ = [
     "LocalReplica", "MetaCommand", "MetadataMachine", "Move", "NodeInfo", "PartitionAssignment",
     "QueueRecord", "RegisterNode", "ReplicaRef", "SetAssignment", "SetMovePhase", "SetNodeState",
     "StartControllerChange", "StartMove", "UpdateQueue", "decode_meta", "encode_meta",
+    "CreatePrincipal", "DeletePrincipal", "RotatePrincipal", "GrantAccess", "RevokeAccess",
+    "Principal", "SetQuota", "RemoveQuota", "RecordUsage",
 ]  # fmt: skip
 
 
-class MetadataMachine:
+class MetadataMachine(quotas.QuotasAndUsage):
     """The metadata state; only ``apply`` changes it (on the Raft apply thread).
     Query results are immutable values, safe to hand to other threads.
     """
@@ -84,6 +97,8 @@ class MetadataMachine:
         self._moves: dict[tuple[str, int], Move] = {}
         self._controllers: dict[str, str] = {}  # node id -> metadata Raft address
         self._controller_change: ControllerChange | None = None
+        self._principals: dict[str, Principal] = {}
+        self._init_quotas()
         self._next_uid = 1
         self._keys: keys.Keys = {}  # queue -> its data keys, wrapped (metadata_keys)
         self.version = 0
@@ -126,6 +141,13 @@ class MetadataMachine:
 
     def controller_change(self) -> ControllerChange | None:
         return self._controller_change
+
+    def principal(self, name: str) -> Principal | None:
+        return self._principals.get(name)
+
+    def principals(self) -> list[Principal]:
+        """Every principal (token hashes and grants), by name."""
+        return [self._principals[n] for n in sorted(self._principals)]
 
     def replicas_on(self, node_id: str) -> list[LocalReplica]:
         """The replicas ``node_id`` must host, by queue then partition."""
@@ -354,6 +376,30 @@ class MetadataMachine:
         self._changed()
         return self.controllers()
 
+    def _apply_CreatePrincipal(self, cmd: CreatePrincipal) -> Principal:
+        return self._set_principal(principals.create(self._principals, cmd))
+
+    def _apply_RotatePrincipal(self, cmd: RotatePrincipal) -> Principal:
+        return self._set_principal(principals.rotate(self._principals, cmd))
+
+    def _apply_GrantAccess(self, cmd: GrantAccess) -> Principal:
+        return self._set_principal(principals.grant(self._principals, cmd))
+
+    def _apply_RevokeAccess(self, cmd: RevokeAccess) -> Principal:
+        return self._set_principal(principals.revoke(self._principals, cmd))
+
+    def _apply_DeletePrincipal(self, cmd: DeletePrincipal) -> Principal:
+        gone = principals.delete(self._principals, cmd)
+        del self._principals[gone.name]
+        self._changed()
+        return gone
+
+    def _set_principal(self, new: Principal) -> Principal:
+        if self._principals.get(new.name) != new:
+            self._principals[new.name] = new
+            self._changed()
+        return new
+
     def _set_controllers(self, voters: dict[str, str]) -> None:
         self._controllers = dict(voters)
         for node_id, node in list(self._nodes.items()):
@@ -427,6 +473,8 @@ class MetadataMachine:
             "controllers": [[n, a] for n, a in self.controllers().items()],
             "controller_change": _plain_change(self._controller_change),
             "data_keys": keys.to_plain(self._keys),
+            "principals": [principals.to_plain(p) for p in self.principals()],
+            **self._quotas_to_plain(),
         })  # fmt: skip
 
     @classmethod
@@ -449,6 +497,9 @@ class MetadataMachine:
             change = obj.get("controller_change")
             machine._controller_change = ControllerChange(*change) if change else None
             machine._keys = keys.from_plain(obj.get("data_keys", {}))
+            for p in obj.get("principals", ()):
+                machine._principals[p["name"]] = principals.from_plain(p)
+            machine._quotas_from_plain(obj)
         except (ValueError, KeyError, TypeError, errors.InvalidArgument) as exc:
             raise errors.Internal(f"bad metadata snapshot: {exc!r}") from exc
         return machine

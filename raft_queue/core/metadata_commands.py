@@ -179,18 +179,92 @@ class DropControllerChange:
     node_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class CreatePrincipal:
+    """A new principal holding the token whose SHA-256 is ``token_hash`` (hex).
+    The same name and hash again returns it (idempotent retry)."""
+
+    name: str
+    token_hash: str
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DeletePrincipal:
+    """Forget the principal and its grants: its token opens nothing from then on."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class RotatePrincipal:
+    """Replace the principal's token hash; the old token opens nothing from then on."""
+
+    name: str
+    token_hash: str
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GrantAccess:
+    """Add ``operations`` on the queues ``pattern`` matches (core/access.py)."""
+
+    principal: str
+    pattern: str
+    operations: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RevokeAccess:
+    """Remove ``operations`` (every one when empty) on ``pattern``."""
+
+    principal: str
+    pattern: str
+    operations: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SetQuota:
+    """Set (or replace) the quota of ``principal`` (on ``queue``; "" = all
+    its queues together): core/quotas.py."""
+
+    principal: str
+    queue: str
+    messages_per_s: int
+    bytes_per_s: int
+    burst_s: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveQuota:
+    principal: str
+    queue: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordUsage:
+    """One node's usage batch (core/usage.py); applied once per ``(node_id, seq)``."""
+
+    node_id: str
+    seq: int
+    rows: tuple[tuple[Any, ...], ...]
+
+
 MetaCommand = (
     RegisterNode | SetNodeState | CreateQueue | UpdateQueue | DeleteQueue | SetAssignment
     | StartMove | SetMovePhase | FinishMove | DropMove
     | StartControllerChange | FinishControllerChange | DropControllerChange
     | AddDataKey | RewrapDataKeys | ShredKeys
+    | CreatePrincipal | DeletePrincipal | RotatePrincipal | GrantAccess | RevokeAccess
+    | SetQuota | RemoveQuota | RecordUsage
 )  # fmt: skip
 _COMMANDS: dict[str, type[Any]] = {
     cls.__name__: cls
     for cls in (RegisterNode, SetNodeState, CreateQueue, UpdateQueue, DeleteQueue, SetAssignment,
                 StartMove, SetMovePhase, FinishMove, DropMove, StartControllerChange,
                 FinishControllerChange, DropControllerChange, AddDataKey, RewrapDataKeys,
-                ShredKeys)
+                ShredKeys, CreatePrincipal, DeletePrincipal, RotatePrincipal, GrantAccess,
+                RevokeAccess, SetQuota, RemoveQuota, RecordUsage)
 }  # fmt: skip
 
 
@@ -246,6 +320,10 @@ def _typed(name: str, value: Any) -> Any:
         return tuple(DataKey(int(k), str(m), str(w)) for k, m, w in value)
     if name == "voters":
         return tuple((str(node), str(address)) for node, address in value)
+    if name == "operations":
+        return tuple(str(op) for op in value)
+    if name == "rows":
+        return tuple(tuple(row) for row in value)
     return value
 
 

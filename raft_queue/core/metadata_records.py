@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from raft_queue.config import QueueSpec
+from raft_queue.core.access import Grant
 
 NODE_STATES = ("alive", "suspect", "dead", "draining", "removed")
 
@@ -128,3 +129,16 @@ class ControllerChange:
 
     def __str__(self) -> str:
         return f"{self.action} {self.node_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """A client identity: the SHA-256 (hex) of its bearer token, never the
+    token itself, and its grants (core/access.py). ``rotated_ms`` is when the
+    current token was set (``created_ms`` at first)."""
+
+    name: str
+    token_hash: str
+    created_ms: int = 0
+    rotated_ms: int = 0
+    grants: tuple[Grant, ...] = ()

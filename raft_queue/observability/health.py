@@ -7,8 +7,8 @@ A node is *alive* (``/healthz``) while its event loop answers. It is *ready*
   metadata replica leads with quorum contact, or follows a leader heard from
   within ``health.quorum_timeout_s`` (replication/raft.py ``in_contact``). A
   non-voter: its last metadata poll reached a voter that knew a leader.
-- ``disk``: its data directory's file system has at least
-  ``health.min_free_disk_bytes`` free.
+- ``disk``: its data directory's file system is above the ``[storage]``
+  watermark (server/disk.py: the same rule that refuses sends).
 - ``not_stopping``: it has not begun shutting down.
 
 ``HealthMonitor.run_forever`` re-checks every ``health.check_period_s`` and
@@ -60,9 +60,10 @@ class Verdict:
         }
 
 
-def judge(quorum: bool, free_bytes: int, stopping: bool, config: HealthConfig) -> Verdict:
-    """Pure: the verdict from what was observed."""
-    return Verdict(quorum, free_bytes >= config.min_free_disk_bytes, not stopping, free_bytes)
+def judge(quorum: bool, disk_low: str, stopping: bool, free_bytes: int) -> Verdict:
+    """Pure: the verdict from what was observed (``disk_low``: why the disk
+    is below the watermark, "" when it is not)."""
+    return Verdict(quorum, not disk_low, not stopping, free_bytes)
 
 
 def metadata_quorum(node: Any, within_s: float) -> bool:
@@ -90,21 +91,23 @@ class HealthMonitor:
         servicer: Any = None,
         services: tuple[str, str] = ("", ""),
         free: Callable[[str], int] = disk_free,
+        disk_low: Callable[[], str] | None = None,
     ) -> None:
         self.node = node
         self.config = config
         self.servicer = servicer  # grpc_health's aio HealthServicer, or None
         self.queue_service, self.admin_service = services
         self.free = free
+        # Why the disk is below the watermark ("" if not): the node's DiskHealth.
+        self.disk_low = disk_low or node.disk.check
         self.stopping = False
-        self.verdict = judge(False, 0, False, config)  # not ready until checked
+        self.verdict = judge(False, "", False, 0)  # not ready until checked
         self._published: tuple[bool, bool] | None = None
 
     def check(self) -> Verdict:
         quorum = metadata_quorum(self.node, self.config.quorum_timeout_s)
-        self.verdict = judge(
-            quorum, self.free(self.node.config.data_dir), self.stopping, self.config
-        )
+        free = self.free(self.node.config.data_dir)
+        self.verdict = judge(quorum, self.disk_low(), self.stopping, free)
         return self.verdict
 
     async def publish(self) -> None:

@@ -9,7 +9,6 @@ through pysyncobj's chunked "transmission" path. Driver thread only.
 from __future__ import annotations
 
 import logging
-import pickle
 from typing import Any
 
 from pysyncobj import SyncObj
@@ -19,10 +18,6 @@ from pysyncobj.syncobj import _RAFT_STATE
 from raft_queue.replication import heartbeats
 
 log = logging.getLogger(__name__)
-
-# A partially received chunked entry (from a peer that still chunks) larger
-# than this is dropped; the leader then resends from the follower's log end.
-MAX_TRANSMISSION_BYTES = 1 << 30
 
 
 class AppendEntriesFixes(SyncObj):
@@ -39,8 +34,9 @@ class AppendEntriesFixes(SyncObj):
         the follower fails to unpickle it (on every resend). The chunks also
         bypassed hazards 1 and 3 on the follower. Here an entry always travels
         whole inside a regular AppendEntries (TCP frames it; entries are
-        bounded by ``group.MAX_ENTRY_BYTES`` unless one command is larger).
-        Snapshot installs are unchanged."""
+        bounded by ``group.MAX_ENTRY_BYTES`` unless one command is larger;
+        the frame cap is ``wire.max_frame_bytes()``; a chunked message has
+        no wire encoding). Snapshot installs are unchanged."""
         conf = self._SyncObj__conf
         start = monotonic_time()
         self._SyncObj__newAppendEntriesTime = start + conf.appendEntriesPeriod
@@ -103,32 +99,6 @@ class AppendEntriesFixes(SyncObj):
             return False
         return True
 
-    def _reassemble(self, node: Any, message: dict[str, Any]) -> dict[str, Any] | None:
-        """A chunked entry from a peer running plain pysyncobj: the message with
-        the whole entry once complete, else None. Completeness is decided by
-        unpickling, never by the sender's label (it mislabels chunks): a
-        ``finish`` that does not unpickle is treated as a middle chunk."""
-        kind, data = message["transmission"], message.get("data") or b""
-        buf = self._transmissions.get(node)
-        if kind == "start" or buf is None:
-            if kind != "start":
-                return None  # joined mid-entry; the leader resends after our nack
-            buf = self._transmissions[node] = bytearray()
-        buf += data
-        if len(buf) > MAX_TRANSMISSION_BYTES:
-            del self._transmissions[node]
-            return None
-        if kind != "finish":
-            return None
-        try:
-            entry = pickle.loads(bytes(buf))  # noqa: S301 (hazard 6)
-        except Exception:  # truncated: a mislabelled middle chunk
-            return None
-        del self._transmissions[node]
-        whole = {k: v for k, v in message.items() if k not in ("transmission", "data")}
-        whole["entries"] = [tuple(entry)]
-        return whole
-
     # ---- hazard 1 (and 3 for followers) --------------------------------------------
     def _SyncObj__onMessageReceived(self, node: Any, message: dict[str, Any]) -> None:  # noqa: N802
         kind = message.get("type")
@@ -138,19 +108,7 @@ class AppendEntriesFixes(SyncObj):
             return
         if (
             kind == "append_entries"
-            and "transmission" in message
-            and message["term"] >= self._SyncObj__raftCurrentTerm
-        ):
-            whole = self._reassemble(node, message)
-            if whole is None:
-                self._follow(node, message)
-                self._SyncObj__sendNextNodeIdx(node, success=False, reset=False)
-                return
-            message = whole
-        if (
-            kind == "append_entries"
             and "prevLogIdx" in message
-            and "transmission" not in message
             and message["term"] >= self._SyncObj__raftCurrentTerm
         ):
             before = self._progress()

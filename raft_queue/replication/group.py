@@ -21,28 +21,34 @@ what "leader" durability means (as Kafka's acks=1).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from pysyncobj import replicated
-from pysyncobj.syncobj import FAIL_REASON
+from pysyncobj.syncobj import _RAFT_STATE, FAIL_REASON
 
 from raft_queue import errors
+from raft_queue.observability import metrics
 from raft_queue.replication import snapshot
+from raft_queue.replication.diskfiles import drop_page_cache
 from raft_queue.replication.host import RaftHost
+from raft_queue.replication.journal import SyncJob
 from raft_queue.replication.raft import ProxiedNode, SafeSyncObj, fail_reason_error
 
 log = logging.getLogger(__name__)
 
 # One Raft entry carries at most this many submitted commands, and at most
 # this many bytes unless a single command is larger (a Send is bounded by
-# Limits.max_request_bytes): big entries cost a pickle and a zlib pass per
+# Limits.max_request_bytes): big entries cost an encoding and a seal per
 # follower in one piece, and every other group on the node waits meanwhile.
 MAX_COMMANDS_PER_ENTRY = 512
-MAX_ENTRY_BYTES = 4 << 20
+MAX_ENTRY_BYTES = 4 << 20  # raft.append_entries_batch_bytes sets max_entry_bytes
+# Commands submitted and not yet proposed (raft.commands_queue_size sets
+# max_pending): one more is refused at once with ResourceExhausted.
+MAX_PENDING = 100_000
 
 
 # A submitted command waiting to be proposed: (command, its future, deadline
@@ -50,7 +56,27 @@ MAX_ENTRY_BYTES = 4 << 20
 Pending = tuple[Any, Future[Any], float, bool]
 
 
+class ReplicaFailed(Exception):
+    """Raised out of pysyncobj's apply loop by a replica that failed (fail-stop):
+    the entry is not counted as applied, and nothing after it is applied."""
+
+
 class ReplicatedGroup(SafeSyncObj):
+    """Fail-stop: an apply that raises anything but a deterministic command
+    error (``DETERMINISTIC``: every replica computes it the same way from the
+    same entry, so it is the entry's result) or a failed journal sync stops
+    this replica for good (``fail_stop``): it closes its Raft transport and
+    journal (no acks, no votes, no leadership), fails every waiter, answers
+    no reads, and is reported ``failed`` with the reason (``status``). It never
+    skips an entry: a restart re-reads journal and store from disk (the page
+    cache of its files is dropped first, ``drop_page_cache``: after a failed
+    fsync the cached pages may be ones the disk never got)."""
+
+    # Errors a command itself causes: the same on every replica.
+    DETERMINISTIC: tuple[type[BaseException], ...] = (errors.InvalidArgument,)
+    max_pending = MAX_PENDING
+    max_entry_bytes = MAX_ENTRY_BYTES
+
     def __init__(
         self,
         key: str,
@@ -61,6 +87,7 @@ class ReplicatedGroup(SafeSyncObj):
         dial: Callable[[str], str | None] = lambda a: None,
         fsync: bool = True,
         lease_quorum_s: float = 1.0,
+        link_key: bytes | None = None,
     ) -> None:
         self.key = key
         self._host = host
@@ -70,6 +97,13 @@ class ReplicatedGroup(SafeSyncObj):
         self._seq = 0
         self.lease_quorum_s = lease_quorum_s
         self._dial = dial
+        self.failed = ""  # the reason, once this replica stopped (fail-stop)
+        self.on_failed: Callable[[str, str], None] | None = None  # (key, reason), driver thread
+        self.snapshot_failures = 0  # snapshots that failed since open (status)
+        if conf.journalFile:
+            drop_page_cache(os.path.dirname(conf.journalFile))
+        if conf.serializer is not None:
+            conf.serializer = self._guard_snapshot(conf.serializer)
         # Every node pysyncobj creates (peers, membership changes, snapshots)
         # dials through the same mapping (fault-injection proxies in tests).
         super().__init__(
@@ -81,7 +115,9 @@ class ReplicatedGroup(SafeSyncObj):
             on_activity=lambda: host.mark_active(key),
             on_flush=lambda: host.mark_flush(key),
             node_factory=lambda addr: ProxiedNode(addr, dial(addr)),
+            link_key=link_key,
         )
+        self._SyncObj__raftLog.on_failure = lambda: host.mark_active(key)
 
     # ---- the state machine (subclasses) ------------------------------------------
     def encode_batch(self, commands: list[Any]) -> bytes:
@@ -104,17 +140,92 @@ class ReplicatedGroup(SafeSyncObj):
         effects (driver thread); None if it cannot tell."""
         return None
 
-    @replicated
-    def apply_entry(self, data: bytes) -> Any:
-        """The only replicated method: its name is part of the wire format."""
+    def apply_regular(self, data: bytes) -> Any:
+        """A committed regular entry (raft.py; entries.py encodes it)."""
         index = self.raftLastApplied + 1
+        if self.failed:
+            raise ReplicaFailed(self.failed)
         try:
             return self.apply_bytes(index, data)
-        except errors.QueueError as exc:
+        except self.DETERMINISTIC as exc:
             return exc
-        except Exception as exc:  # a bug: never wedge the apply loop
+        except Exception as exc:  # storage error or bug: stop, never skip the entry
             log.exception("apply of entry %d failed in %s", index, self.key)
-            return errors.Internal(f"apply failed: {exc!r}")
+            self.fail_stop(f"apply of entry {index} failed: {_describe(exc)}")
+            raise ReplicaFailed(self.failed) from exc
+
+    # ---- fail-stop ---------------------------------------------------------------------
+    def fail_stop(self, reason: str) -> None:
+        """Stop this replica for good (driver thread): see the class doc."""
+        if self.failed:
+            return
+        self.failed = reason
+        log.critical("%s: replica FAILED and stopped: %s", self.key, reason)
+        self._SyncObj__raftState = _RAFT_STATE.FOLLOWER
+        self._SyncObj__raftLeader = None
+        self.fail_all(errors.Unavailable(f"{self.key}: replica failed: {reason}"))
+        try:
+            self._destroy_now()
+        except Exception:
+            log.exception("closing failed replica %s", self.key)
+        # Off the host: no ticks, and no coalesced heartbeat is answered for it.
+        host, key = self._host, self.key
+        host.post(lambda: host.remove(key) if host.get(key) is self else None)
+        hook = self.on_failed
+        if hook is not None:
+            try:
+                hook(self.key, reason)
+            except Exception:
+                log.exception("on_failed hook of %s", self.key)
+
+    def flush_durable(self) -> None:
+        if self._closed:
+            return
+        try:
+            super().flush_durable()
+        except OSError as exc:  # an inline journal sync failed (no sync threads)
+            self.fail_stop(f"journal sync failed: {_describe(exc)}")
+
+    def on_sync_done(self, job: SyncJob) -> None:
+        if self._closed:
+            return
+        if job.error is not None:  # fsyncgate: never retried, never counted
+            self._SyncObj__raftLog.end_sync(job)
+            self.fail_stop(f"journal sync failed: {_describe(job.error)}")
+            return
+        super().on_sync_done(job)
+
+    def tick(self) -> None:
+        """SafeSyncObj.tick, except that a storage error stops the replica."""
+        if self._closed:
+            return
+        self._last_tick = time.monotonic()
+        try:
+            self._onTick(0.0)
+        except ReplicaFailed:
+            pass
+        except OSError as exc:  # journal write, compaction, meta store
+            self.fail_stop(f"storage error: {_describe(exc)}")
+        except Exception:
+            log.exception("tick failed for %s", self.key)
+        failure = "" if self._closed else self._SyncObj__raftLog.failure
+        if failure:
+            self.fail_stop(failure)
+
+    def _guard_snapshot(self, write: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
+        """pysyncobj swallows a failed snapshot write: log it at ERROR and
+        count it (``snapshot_failures`` in status), then let pysyncobj retry
+        later as it does."""
+
+        def guarded(path: str, data: Any) -> None:
+            try:
+                write(path, data)
+            except Exception as exc:
+                self.snapshot_failures += 1
+                log.error("%s: snapshot to %s failed: %s", self.key, path, _describe(exc))
+                raise
+
+        return guarded
 
     # ---- submission ------------------------------------------------------------------
     def submit(self, command: Any, timeout_s: float = 10.0, early: bool = False) -> Future[Any]:
@@ -122,8 +233,23 @@ class ReplicatedGroup(SafeSyncObj):
         the state machine's result (``(result, acked_early)`` with ``early``,
         see the module doc) or raises a QueueError."""
         fut: Future[Any] = Future()
+        if self._closed:
+            reason = f"failed: {self.failed}" if self.failed else "stopped"
+            fut.set_exception(errors.Unavailable(f"{self.key}: replica {reason}"))
+            return fut
         with self._lock:
-            self._pending.append((command, fut, time.monotonic() + timeout_s, early))
+            full = len(self._pending) >= self.max_pending
+            if not full:
+                self._pending.append((command, fut, time.monotonic() + timeout_s, early))
+        if full:  # backpressure: the caller retries later, nothing was queued
+            metrics.count_rejection("limits")
+            fut.set_exception(
+                errors.ResourceExhausted(
+                    f"{self.key}: {self.max_pending} commands wait to be proposed "
+                    f"(raft.commands_queue_size)"
+                )
+            )
+            return fut
         self._host.mark_active(self.key)
         return fut
 
@@ -148,7 +274,7 @@ class ReplicatedGroup(SafeSyncObj):
     def _propose(self, chunk: list[Pending]) -> None:
         commands = [c for c, _, _, _ in chunk]
         payload = self.encode_batch(commands)
-        if len(payload) > MAX_ENTRY_BYTES and len(chunk) > 1:
+        if len(payload) > self.max_entry_bytes and len(chunk) > 1:
             half = len(chunk) // 2
             self._propose(chunk[:half])
             self._propose(chunk[half:])
@@ -175,7 +301,7 @@ class ReplicatedGroup(SafeSyncObj):
             for fut, res, is_early in zip(futures, results, early, strict=True):
                 _resolve(fut, _as_early(res, False) if is_early else res)
 
-        self.apply_entry(payload, callback=done)
+        self.propose(payload, callback=done)
 
     def _idle(self) -> bool:
         """Leader with every log entry applied and nothing of ours in flight."""
@@ -191,7 +317,7 @@ class ReplicatedGroup(SafeSyncObj):
             if is_early and not isinstance(res, BaseException):
                 _resolve(fut, (res, True))
 
-    def next_deadline(self, now: float) -> float:
+    def _next_deadline(self, now: float) -> float:
         """SafeSyncObj's deadline, or earlier when a waiter's deadline passes."""
         due = super().next_deadline(now)
         if self._inflight:
@@ -216,9 +342,13 @@ class ReplicatedGroup(SafeSyncObj):
                 _fail(fut, errors.Unavailable("timed out before the command was proposed"))
 
     def fail_all(self, exc: errors.QueueError) -> None:
+        """Fail every waiter: those not yet proposed with ``exc``; those proposed
+        with OutcomeUnknown (the entry may still commit through the other
+        replicas: a chaos campaign saw such sends, failed as Unavailable, appear)."""
+        unknown = errors.OutcomeUnknown(f"{exc.message}; the command may still be applied")
         for futures, _ in self._inflight.values():
             for fut in futures:
-                _fail(fut, exc)
+                _fail(fut, unknown)
         self._inflight.clear()
         with self._lock:
             pending, self._pending = self._pending, []
@@ -234,7 +364,7 @@ class ReplicatedGroup(SafeSyncObj):
 
     # ---- status -------------------------------------------------------------------------
     def is_leader(self) -> bool:
-        return bool(self._isLeader())
+        return not self.failed and bool(self._isLeader())
 
     def can_serve_leader_reads(self) -> bool:
         """Leader that has applied its own term's first entry (Raft §8: before that
@@ -247,9 +377,21 @@ class ReplicatedGroup(SafeSyncObj):
         return self.has_quorum_contact(self.lease_quorum_s)
 
     def status(self) -> dict[str, Any]:
+        if self.failed:
+            return {
+                "role": "failed",
+                "failure": self.failed,
+                "leader": "",
+                "term": 0,
+                "commit_index": 0,
+                "last_applied": self.raftLastApplied,
+                "log_len": 0,
+                "has_quorum": False,
+            }
         st = self.getStatus()
         leader = st.get("leader")
         return {
+            "failure": "",
             "role": {0: "follower", 1: "candidate", 2: "leader"}.get(st.get("state"), "unknown"),
             "leader": leader.address if leader is not None else "",
             "term": st.get("raft_term", 0),
@@ -262,13 +404,24 @@ class ReplicatedGroup(SafeSyncObj):
     def close(self) -> None:
         self.fail_all(errors.Unavailable(f"{self.key}: replica stopped"))
         self.probe.close()
-        self._destroy_now()
+        if not self._closed:
+            self._destroy_now()
+
+    def next_deadline(self, now: float) -> float:
+        if self._closed:
+            return now + 3600.0
+        return self._next_deadline(now)
 
     def _destroy_now(self) -> None:
         """Close sockets and the journal (driver thread; no tick thread exists)."""
         self._closed = True  # a sync ending later is ignored (on_sync_done)
         self._SyncObj__transport.destroy()
         self._SyncObj__raftLog._destroy()
+
+
+def _describe(exc: BaseException) -> str:
+    text = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"
 
 
 def _as_early(result: Any, acked_early: bool) -> Any:

@@ -3,7 +3,7 @@
 A node hosting hundreds of partition replicas spent most of its idle CPU on
 Raft heartbeats: every leader sent an AppendEntries to each follower every
 heartbeat period and got an ack back, about 1,700 messages a second at 256
-replicas per node, each pickled, framed, written, polled, read and dispatched
+replicas per node, each encoded, framed, written, polled, read and dispatched
 by Python. As CockroachDB does (coalesced heartbeats), the driver now sends,
 once per period, ONE message to each other node listing every *quiet* group
 it leads there, and that node answers with ONE message listing the acks.

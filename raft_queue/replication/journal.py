@@ -20,9 +20,10 @@ import zlib
 from typing import Any
 
 from pysyncobj import journal as journal_format
-from pysyncobj.journal import FileJournal, MetaStorer, ResizableFile
+from pysyncobj.journal import FileJournal, MetaStorer
 
 from raft_queue.observability.metrics import NULL_PROBE
+from raft_queue.replication.diskfiles import PreallocatedFile
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class DurableMetaStorer(MetaStorer):
             os.fsync(self._fd)
             fsync_dir(os.path.dirname(path))
         self._seq, self._meta = self._read()
+        self.failure = ""  # a failed write or sync: the replica must stop (fail-stop)
 
     def _read(self) -> tuple[int, dict[str, Any] | None]:
         best: tuple[int, dict[str, Any] | None] = (0, None)
@@ -87,10 +89,16 @@ class DurableMetaStorer(MetaStorer):
         body = pickle.dumps(meta, protocol=5)
         if self._HEAD.size + len(body) > self.SLOT:
             raise ValueError(f"raft meta of {len(body)} bytes does not fit a slot")
+        if self.failure:  # never retried after a failure (fsyncgate)
+            raise OSError(f"raft meta store failed earlier: {self.failure}")
         self._seq += 1
         head = self._HEAD.pack(self._seq, len(body), zlib.crc32(body))
-        os.pwrite(self._fd, head + body, (self._seq % 2) * self.SLOT)
-        os.fdatasync(self._fd)
+        try:
+            os.pwrite(self._fd, head + body, (self._seq % 2) * self.SLOT)
+            os.fdatasync(self._fd)
+        except OSError as exc:
+            self.failure = f"term/vote sync failed: {exc}"
+            raise
         self._meta = dict(meta)
 
     def close(self) -> None:
@@ -124,6 +132,10 @@ class SyncedJournal:
             inner._FileJournal__metaStorer = storer
             inner._FileJournal__meta = storer.getMeta()
             self._fd = os.open(path, os.O_RDONLY)
+            old = inner._FileJournal__journalFile
+            old._ResizableFile__mm.close()  # nothing written through it yet
+            old._ResizableFile__f.close()
+            inner._FileJournal__journalFile = PreallocatedFile(path)
         # Write sequence: every change of the file bumps ``written``; a sync
         # covers the sequence it started at (``synced``: the highest covered
         # by a completed sync). What the file held at open is not known to be
@@ -134,6 +146,14 @@ class SyncedJournal:
         # truncation point are not covered, whatever their index).
         self.durable_index = 0
         self.inflight: SyncJob | None = None
+        # The system call syncs run (a seam: raft_queue/testing/faults.py
+        # injects failures), and the first failure, after which nothing
+        # syncs again and nothing more counts as durable (fsyncgate: Linux
+        # may have dropped the pages a failed fdatasync could not write, so
+        # a later one that succeeds proves nothing).
+        self.fdatasync: Any = None  # None: os.fdatasync, looked up at each sync
+        self._failure = ""
+        self.on_failure: Any = lambda: None  # the group's wake-up (it then stops)
         self._copied = 0  # POWERLOSS_COPY: the write sequence of "<journal>.synced"
         self.syncs = 0
         # Metrics (observability/metrics.py's RaftProbe), set by the group.
@@ -157,12 +177,23 @@ class SyncedJournal:
         return inner._MemoryJournal__journal  # type: ignore[no-any-return]
 
     @property
+    def failure(self) -> str:
+        """Why this journal can no longer be trusted ("" while it can)."""
+        storer = getattr(self._inner, "_FileJournal__metaStorer", None)
+        return self._failure or getattr(storer, "failure", "")
+
+    @property
     def dirty(self) -> bool:
         """Written since the last completed sync began."""
         return self.written > self.synced
 
     def add(self, command: bytes, idx: int, term: int) -> None:
-        self._inner.add(command, idx, term)
+        try:
+            self._inner.add(command, idx, term)
+        except OSError as exc:  # disk full or I/O error: the entry is not in the file
+            self._failure = f"journal write to {self._path} failed: {exc}"
+            self.on_failure()
+            raise
         self.written += 1
         self.probe.appended(len(command))
 
@@ -208,7 +239,7 @@ class SyncedJournal:
         os.replace(tmp, self._path)
         if self._enabled:
             fsync_dir(os.path.dirname(self._path))
-        inner._FileJournal__journalFile = ResizableFile(self._path)
+        inner._FileJournal__journalFile = PreallocatedFile(self._path)
         inner._FileJournal__journal = keep
         inner._FileJournal__currentOffset = end
         os.close(self._fd)
@@ -232,6 +263,8 @@ class SyncedJournal:
 
     def sync(self) -> bool:
         """fdatasync the journal now if written since the last sync; True if it did."""
+        if self._failure:
+            raise OSError(f"journal failed earlier: {self._failure}")
         if not self.dirty:
             return False
         job = self._job()
@@ -239,6 +272,7 @@ class SyncedJournal:
             job.run()
             self.probe.synced(job.seconds)
             if job.error is not None:
+                self._failed(job)
                 raise job.error
             self._finish(job)
         return True
@@ -248,7 +282,7 @@ class SyncedJournal:
         None if there is nothing to sync, one is already in flight (its
         ``end_sync`` starts the next), or syncs are off (then what was
         written counts as synced at once)."""
-        if self.inflight is not None or not self.dirty:
+        if self.inflight is not None or not self.dirty or self._failure:
             return None
         job = self._job()
         self.inflight = job
@@ -258,12 +292,19 @@ class SyncedJournal:
         """Driver thread, after ``job.run()`` returned on the I/O thread."""
         if self.inflight is job:
             self.inflight = None
-        if job.error is None:
+        if job.error is None and not self._failure:
             self._finish(job)
-        else:  # the next sync tries again; nothing it covered counts meanwhile
-            log.critical("journal sync of %s failed: %s", self._path, job.error)
-            if job.copy is not None:
-                _remove_quietly(job.copy)
+        elif job.error is not None:
+            self._failed(job)
+
+    def _failed(self, job: SyncJob) -> None:
+        """A sync failed: nothing it covered counts, and no sync runs again
+        (the group stops: fail-stop)."""
+        log.critical("journal sync of %s failed: %s", self._path, job.error)
+        if not self._failure:
+            self._failure = f"journal fdatasync of {self._path} failed: {job.error}"
+        if job.copy is not None:
+            _remove_quietly(job.copy)
 
     def _job(self) -> SyncJob | None:
         last = self._inner[-1][1] if len(self._inner) else 0
@@ -275,7 +316,7 @@ class SyncedJournal:
         if POWERLOSS_COPY and self._path:
             copy = f"{self._path}.synced.{self.written}.tmp"
             shutil.copyfile(self._path, copy)  # the journal exactly as this sync covers it
-        return SyncJob(os.dup(self._fd), self.written, last, copy)
+        return SyncJob(os.dup(self._fd), self.written, last, copy, self.fdatasync)
 
     def _finish(self, job: SyncJob) -> None:
         if job.copy is not None and self._path:
@@ -308,10 +349,18 @@ class SyncJob:
     the journal's own meanwhile). ``copy``: POWERLOSS_COPY's snapshot of the
     file taken when it began."""
 
-    __slots__ = ("copy", "error", "fd", "last_index", "seconds", "seq")
+    __slots__ = ("copy", "error", "fd", "fdatasync", "last_index", "seconds", "seq")
 
-    def __init__(self, fd: int, seq: int, last_index: int, copy: str | None) -> None:
+    def __init__(
+        self,
+        fd: int,
+        seq: int,
+        last_index: int,
+        copy: str | None,
+        fdatasync: Any = None,
+    ) -> None:
         self.fd = fd
+        self.fdatasync = fdatasync
         self.seq = seq
         self.last_index = last_index
         self.copy = copy
@@ -323,7 +372,7 @@ class SyncJob:
         ``error``: nothing it would have covered counts as synced."""
         start = time.monotonic()
         try:
-            os.fdatasync(self.fd)
+            (self.fdatasync or os.fdatasync)(self.fd)
         except OSError as exc:
             self.error = exc
         finally:

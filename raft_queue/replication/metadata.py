@@ -15,7 +15,7 @@ from raft_queue.core import metadata as meta
 from raft_queue.replication import snapshot
 from raft_queue.replication.group import ReplicatedGroup
 from raft_queue.replication.host import RaftHost
-from raft_queue.replication.raft import make_conf
+from raft_queue.replication.raft import bind_address_for, make_conf
 
 _SEP = b"\n"
 
@@ -35,6 +35,8 @@ class MetadataReplica(ReplicatedGroup):
         heartbeat_s: float | None = None,
         dial: Callable[[str], str | None] = lambda a: None,
         on_change: Callable[[], None] = lambda: None,
+        bind_host: str | None = None,
+        link_key: bytes | None = None,
     ) -> None:
         os.makedirs(data_dir, mode=0o700, exist_ok=True)  # private: docs/security.md
         self.machine = meta.MetadataMachine()
@@ -45,6 +47,7 @@ class MetadataReplica(ReplicatedGroup):
             election_timeout_min_s=election_timeout_s[0],
             election_timeout_max_s=election_timeout_s[1],
             heartbeat_s=heartbeat_s,
+            bind_address=bind_address_for(bind_host, self_address),
             serializer=self._serialize,
             deserializer=self._deserialize,
             log_compaction_min_entries=2000,
@@ -56,6 +59,7 @@ class MetadataReplica(ReplicatedGroup):
             peers,
             conf,
             dial=dial,
+            link_key=link_key,
             lease_quorum_s=election_timeout_s[0],
         )
 

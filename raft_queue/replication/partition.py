@@ -34,9 +34,10 @@ from raft_queue import errors
 from raft_queue.core import codec, commands
 from raft_queue.core.partition import PartitionMachine
 from raft_queue.replication import snapshot
-from raft_queue.replication.group import Pending, ReplicatedGroup
+from raft_queue.replication.diskfiles import drop_page_cache
+from raft_queue.replication.group import MAX_COMMANDS_PER_ENTRY, Pending, ReplicatedGroup
 from raft_queue.replication.host import RaftHost
-from raft_queue.replication.raft import make_conf
+from raft_queue.replication.raft import bind_address_for, make_conf
 from raft_queue.replication.standing import StandingLeases
 from raft_queue.storage.lmdb_store import LmdbStore
 
@@ -62,6 +63,23 @@ _WAKING_TAGS = frozenset(codec.tag_of(cls) for cls in (*_WAKING, commands.Batch)
 
 def _may_wake(data: bytes) -> bool:
     return bool(data) and data[0] in _WAKING_TAGS
+
+
+# How many records a command may make visible, when it does not say
+# (Configure, Expire, ...): the standing leases it takes along at most.
+_SHOW_UNKNOWN = 64
+
+
+def _may_show(command: Any) -> int:
+    """Records ``command`` may make visible (an upper bound, for riders)."""
+    kind = type(command)
+    if kind is commands.AppendBlobs:
+        return len(command.blobs)
+    if kind is commands.Append:
+        return len(command.records)
+    if kind in (commands.Nack, commands.Release, commands.ChangeVisibility, commands.Ack):
+        return sum(run.count for run in command.receipts)
+    return _SHOW_UNKNOWN if kind in _RIDDEN_FIFO else 0
 
 
 # Proposing one of these takes the standing leases along (see standing.py).
@@ -106,8 +124,11 @@ class PartitionReplica(ReplicatedGroup):
         dial: Callable[[str], str | None] = lambda a: None,
         fsync: bool = True,
         log_compaction_min_entries: int = 20000,
+        log_compaction_min_time_s: float = 300.0,
         durability: str = "",
         preferred: bool | None = None,
+        bind_host: str | None = None,
+        link_key: bytes | None = None,
     ) -> None:
         os.makedirs(data_dir, mode=0o700, exist_ok=True)  # private: docs/security.md
         self.durability = durability or ("fsync" if fsync else "quorum")
@@ -121,9 +142,11 @@ class PartitionReplica(ReplicatedGroup):
         # visible was proposed; while it is not applied, a poll that stands
         # is proposed at once, right behind it (see _stood).
         self._waking_upto = 0
+        self._waking_left = 0  # records that entry may show no standing lease took yet
         self._ridden = _RIDDEN
         self.machine = PartitionMachine()
         self._stored_index: int | None = None  # LMDB's last_applied (_last_applied)
+        drop_page_cache(data_dir)  # before LMDB maps its file (see ReplicatedGroup)
         self.store = LmdbStore(os.path.join(data_dir, "lmdb"), tables=PartitionMachine.TABLES)
         self._check_format()
         conf = make_conf(
@@ -132,9 +155,11 @@ class PartitionReplica(ReplicatedGroup):
             election_timeout_min_s=election_timeout_s[0],
             election_timeout_max_s=election_timeout_s[1],
             heartbeat_s=heartbeat_s,
+            bind_address=bind_address_for(bind_host, self_address),
             serializer=self._serialize,
             deserializer=self._deserialize,
             log_compaction_min_entries=log_compaction_min_entries,
+            log_compaction_min_time_s=log_compaction_min_time_s,
         )
         super().__init__(
             key,
@@ -143,6 +168,7 @@ class PartitionReplica(ReplicatedGroup):
             peers,
             conf,
             dial=dial,
+            link_key=link_key,
             fsync=fsync,
             lease_quorum_s=election_timeout_s[0],
         )
@@ -169,16 +195,23 @@ class PartitionReplica(ReplicatedGroup):
         return super().submit(command, timeout_s, early)
 
     def riders(self, pending: list[Pending]) -> list[Pending]:
-        """The standing leases, if ``pending`` may make records visible."""
+        """The standing leases, if ``pending`` may make records visible: as
+        many as those records can feed, in the same entry (standing.py)."""
         if not any(type(p[0]) in self._ridden for p in pending):
             return []
         self._waking_upto = self._SyncObj__getCurrentLogIndex() + 1
-        return self._claim_standing()
+        self._waking_left = sum(_may_show(p[0]) for p in pending)
+        room = -len(pending) % MAX_COMMANDS_PER_ENTRY  # what the last entry has left
+        return self._claim_standing(room)
 
-    def _claim_standing(self) -> list[Pending]:
-        if not self.standing:
+    def _claim_standing(self, max_requests: int) -> list[Pending]:
+        """Standing leases for at most ``_waking_left`` records (what the
+        waking entry may show and no lease took yet)."""
+        if not self.standing or self._waking_left <= 0:
             return []
-        return [(lease, fut, at, False) for lease, fut, at in self.standing.claim(_wall_ms)]
+        claimed = self.standing.claim(_wall_ms, max_requests, self._waking_left)
+        self._waking_left -= sum(lease.max_records for lease, _, _ in claimed)
+        return [(lease, fut, at, False) for lease, fut, at in claimed]
 
     def _stood(self) -> None:
         """A long poll stood (any thread). If an entry that may make records
@@ -192,7 +225,7 @@ class PartitionReplica(ReplicatedGroup):
     def before_tick(self) -> None:
         super().before_tick()
         if self.standing and self._waking_upto > self.raftLastApplied and self._isLeader():
-            claimed = self._claim_standing()
+            claimed = self._claim_standing(MAX_COMMANDS_PER_ENTRY)
             if claimed:
                 self._propose(claimed)
 
@@ -284,6 +317,8 @@ class PartitionReplica(ReplicatedGroup):
     def _reading(self) -> Iterator[Any]:
         """A read txn; Unavailable (retryable) once the replica was stopped,
         which another thread may do at any time (the reconciler)."""
+        if getattr(self, "failed", ""):  # fail-stop: no reads from a replica that stopped
+            raise errors.Unavailable(f"{self.key}: replica failed: {self.failed}")
         with ExitStack() as stack:
             try:
                 txn = stack.enter_context(self.store.begin())

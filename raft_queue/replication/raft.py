@@ -28,13 +28,23 @@ against ``SafeSyncObj``.
 
 Also: entries of 64 KiB or more never take pysyncobj's chunked "transmission"
 path (it mislabels chunks and skipped fixes 1 and 3):
-``_SyncObj__sendAppendEntries`` sends every entry whole, and chunks from a
-peer still running plain pysyncobj are reassembled by unpickling, not by
-their labels, then handled as a regular AppendEntries.
+``_SyncObj__sendAppendEntries`` sends every entry whole; a chunked message
+has no wire encoding at all.
+
+6. Nothing from the network or the log is unpickled (hazard 6): messages
+   travel in an explicit codec over authenticated, encrypted links
+   (``wire.py``, ``codec.py``, ``security/link.py``; ``link_key`` None:
+   plaintext, ``security.insecure``), the listener binds to the group's own
+   address (or ``bind_address``), and entry commands are explicitly encoded
+   (``entries.py``): ``propose`` appends state-machine bytes that
+   ``apply_regular`` receives; membership and version entries are parsed,
+   never unpickled. A journal holding entries of the old (pickle) format
+   is refused at open.
 
 Where: the AppendEntries fixes (1, 3 for followers, large entries) are the
 mixin in ``appends.py``; the journal's syncs, term/vote file and compaction
-file in ``journal.py``; node identity and message frames in ``wire.py``.
+file in ``journal.py``; node identity, links and message frames in
+``wire.py``.
 
 Threading: everything here runs on the host's driver thread, except
 ``submit_command`` (any thread; it only enqueues).
@@ -51,19 +61,27 @@ from typing import Any
 
 from pysyncobj import SyncObj, SyncObjConf
 from pysyncobj.monotonic import monotonic as monotonic_time
-from pysyncobj.node import TCPNode
+from pysyncobj.node import Node, TCPNode
 from pysyncobj.poller import Poller
 from pysyncobj.syncobj import _RAFT_STATE, FAIL_REASON
 
 from raft_queue import errors
 from raft_queue.observability.metrics import NULL_PROBE
+from raft_queue.replication import entries
 from raft_queue.replication.appends import AppendEntriesFixes
 from raft_queue.replication.journal import SyncedJournal, SyncJob, fsync_dir
 from raft_queue.replication.syncs import SyncThreads
 from raft_queue.replication.ticks import TickFixes
-from raft_queue.replication.wire import ProxiedNode
+from raft_queue.replication.wire import LinkTransport, ProxiedNode
 
-__all__ = ["ProxiedNode", "SafeSyncObj", "check_version", "fail_reason_error", "make_conf"]
+__all__ = [
+    "ProxiedNode",
+    "SafeSyncObj",
+    "bind_address_for",
+    "check_version",
+    "fail_reason_error",
+    "make_conf",
+]
 
 log = logging.getLogger(__name__)
 
@@ -135,14 +153,16 @@ def make_conf(
     deserializer: Callable[[str], Any] | None = None,
     log_compaction_min_entries: int = 20000,
     log_compaction_min_time_s: float = 300.0,
-    password: str | None = None,
     bind_address: str | None = None,
     heartbeat_s: float | None = None,
 ) -> SyncObjConf:
     """The SyncObjConf every group uses: manual ticks (the host drives them),
     no pysyncobj-level batching (we batch messages into entries ourselves and
     want each entry sent at once), and a leader that steps down after one
-    election timeout without quorum contact (hazard 5)."""
+    election timeout without quorum contact (hazard 5). ``bind_address``
+    (``host:port``): where the Raft port listens; None: the group's own
+    address (never pysyncobj's 0.0.0.0). Links are secured by the group's
+    ``link_key`` (SafeSyncObj), not pysyncobj's ``password``."""
     return SyncObjConf(
         autoTick=False,
         appendEntriesUseBatch=False,
@@ -163,7 +183,6 @@ def make_conf(
         logCompactionMinTime=log_compaction_min_time_s,
         dynamicMembershipChange=True,
         commandsWaitLeader=False,
-        password=password,
         bindAddress=bind_address,
         pollerType="poll",
         # Entries are never chunked ("transmission", see SafeSyncObj): one
@@ -178,12 +197,15 @@ def make_conf(
 
 
 class SafeSyncObj(AppendEntriesFixes, TickFixes):
-    """SyncObj with hazards 1-5 fixed. Subclasses add ``@replicated`` methods.
+    """SyncObj with hazards 1-6 fixed. Subclasses implement ``apply_regular``
+    and propose entries with ``propose`` (no ``@replicated`` methods).
 
     ``shared_poller``: the host's poller (see GroupPoller). ``fsync``: sync the
     journal before acknowledging (durability "fsync"); False for "quorum".
     ``syncer``: the host's I/O threads for journal syncs (set by
     ``RaftHost.add``); None syncs inline on the driver thread.
+    ``link_key``: the Raft link key (``derive_key(secret, RAFT_LINK)``);
+    None: plaintext links (``security.insecure``).
     """
 
     syncer: SyncThreads | None = None
@@ -200,13 +222,16 @@ class SafeSyncObj(AppendEntriesFixes, TickFixes):
         on_activity: Callable[[], None] | None = None,
         on_flush: Callable[[], None] | None = None,
         node_factory: Callable[[str], TCPNode] = ProxiedNode,
+        link_key: bytes | None = None,
     ) -> None:
         self.__shared_poller = GroupPoller(shared_poller)
+        self.link_key = link_key  # read by LinkTransport in SyncObj.__init__
+        if conf.bindAddress is None:
+            conf.bindAddress = self_address
         # (leader node, next index to ack, term): each waits for a sync that
         # covers the entries it claims (journal.durable_index >= index - 1).
         self._pending_acks: list[tuple[Any, int, int]] = []
         self._closed = False
-        self._transmissions: dict[Any, bytearray] = {}  # node -> chunks so far
         self._on_activity = on_activity or (lambda: None)
         self._on_flush = on_flush or self._on_activity
         self._fsync = fsync
@@ -215,7 +240,10 @@ class SafeSyncObj(AppendEntriesFixes, TickFixes):
         self._last_tick = time.monotonic()  # host clock; see next_deadline
         # The host's coalesced heartbeats (heartbeats.Heartbeats), if enabled.
         self.heartbeat_mux: Any = None
-        super().__init__(self_address, peers, conf, nodeClass=node_factory)
+        super().__init__(
+            self_address, peers, conf, nodeClass=node_factory, transportClass=LinkTransport
+        )
+        self._check_entry_format()
         journal = SyncedJournal(self._SyncObj__raftLog, conf.journalFile, fsync)
         self._SyncObj__raftLog = journal
         # pysyncobj read term, vote and commit index from its own meta file in
@@ -269,6 +297,64 @@ class SafeSyncObj(AppendEntriesFixes, TickFixes):
                 return out
 
             serializer._Serializer__deserializer = timed_read
+
+    # ---- entries (hazard 6) -----------------------------------------------------------
+    def _check_entry_format(self) -> None:
+        """Refuse a journal (or snapshot) holding entries of another entry
+        format (entries.py) rather than misread them at apply."""
+        log_ = self._SyncObj__raftLog
+        try:
+            for i in range(len(log_)):
+                entries.kind(log_[i][0])
+        except entries.OldEntryFormat as exc:
+            self._SyncObj__transport.destroy()
+            log_._destroy()
+            raise entries.OldEntryFormat(f"{self._journal_path}: {exc.message}") from None
+
+    def propose(self, command: bytes, callback: Any = None) -> None:
+        """Append a regular entry carrying ``command`` (state-machine bytes,
+        handed to ``apply_regular`` on every replica). Any thread."""
+        self._applyCommand(entries.regular(command), callback)
+
+    def apply_regular(self, data: bytes) -> Any:
+        """Apply a regular entry's bytes (subclasses); the result goes to
+        the proposer's callback."""
+        raise NotImplementedError
+
+    def addNodeToCluster(self, node: Any, callback: Any = None) -> None:  # noqa: N802
+        self._applyCommand(entries.membership("add", _address(node)), callback)
+
+    def removeNodeFromCluster(self, node: Any, callback: Any = None) -> None:  # noqa: N802
+        self._applyCommand(entries.membership("rem", _address(node)), callback)
+
+    def setCodeVersion(self, newVersion: int, callback: Any = None) -> None:  # noqa: N802,N803
+        raise errors.FailedPrecondition("raft_queue groups have one code version")
+
+    def _SyncObj__parseChangeClusterRequest(self, command: bytes) -> list[str] | None:  # noqa: N802
+        if command[:1] != b"\x02":  # entries.MEMBERSHIP; others are checked at apply
+            return None
+        try:
+            entries.kind(command)
+            op, address = entries.parse_membership(command)
+        except ValueError:
+            log.error("%s: malformed membership entry ignored", self.selfNode)
+            return None
+        return [op, address]  # pysyncobj makes the node with our node factory
+
+    def _SyncObj__doApplyCommand(self, command: bytes) -> Any:  # noqa: N802
+        """pysyncobj's apply of one committed entry, with explicit decoding."""
+        kind = entries.kind(command)
+        if kind == entries.REGULAR:
+            return self.apply_regular(entries.regular_payload(command))
+        if kind == entries.MEMBERSHIP:
+            change = self._SyncObj__parseChangeClusterRequest(command)
+            if change is not None:  # after a restart; a no-op otherwise
+                self._SyncObj__doChangeCluster(change)
+        elif kind == entries.VERSION:
+            log.warning(
+                "%s: code version entry %d ignored", self.selfNode, entries.parse_version(command)
+            )
+        return None
 
     # The poller pysyncobj creates in __init__ is replaced by our shared view.
     @property
@@ -512,3 +598,16 @@ class SafeSyncObj(AppendEntriesFixes, TickFixes):
         for idx in [i for i in waiting if i <= applied]:
             for _term, callback in waiting.pop(idx):
                 callback(None, FAIL_REASON.UNKNOWN_OUTCOME)
+
+
+def bind_address_for(host: str | None, self_address: str) -> str | None:
+    """Where a group whose Raft address is ``self_address`` listens: ``host``
+    (the node's ``raft_host``) with that address's port; None keeps the
+    default (the address itself, see SafeSyncObj)."""
+    if host is None:
+        return None
+    return f"{host}:{self_address.rsplit(':', 1)[1]}"
+
+
+def _address(node: Any) -> str:
+    return node.address if isinstance(node, Node) else str(node)

@@ -4,7 +4,7 @@ partitions move/rebalance --throttle``), as Kafka's replication throttle.
 A new replica catches up from the leader in two ways, both limited here:
 chunks of the snapshot file (``serializer.getTransmissionData``, 64 KiB
 each) and AppendEntries carrying log entries. The limit counts the payload
-(snapshot bytes, entry commands), not pickle or TCP framing.
+(snapshot bytes, entry commands), not the codec or TCP framing.
 
 How it hooks in, without editing ``appends.py``: pysyncobj's sender loop
 (``SafeSyncObj._SyncObj__sendAppendEntries``) calls ``_send_entries`` and

@@ -1,21 +1,45 @@
-"""pysyncobj's transport, as raft_queue uses it: node identity and message frames.
+"""pysyncobj's transport, as raft_queue uses it: node identity, links and frames.
 
 ``ProxiedNode`` keeps a peer's identity (its address) apart from where we
-dial it (a fault-injection proxy). Importing this module replaces
-``TcpConnection.send`` and its frame parser with the frames below (see the
-comment on the wire format); ``raft.py`` imports it, so every group uses them.
+dial it (a fault-injection proxy). ``LinkTransport`` is the transport of
+every ``SafeSyncObj``: it starts a link handshake on each connection
+(security/link.py: proof of the cluster secret, sealed frames), accepts as
+first message only the greeting of a member it does not dial itself,
+refuses ``readonly`` peers and registers none of pysyncobj's utility
+commands (status, add, remove, set_version, transfer). Importing this module
+replaces ``TcpConnection.send``, its frame parser and its read (a bytearray
+buffer) with the frames below; ``raft.py`` imports it, so every connection
+uses them.
+
+Frame: ``>I`` length, then the frame (at most ``max_frame_bytes()``, and
+``HANDSHAKE_FRAME_BYTES`` until the peer's CONFIRM opened; a longer or
+empty one drops the connection). The first frame each way is the
+link HELLO; after it every frame is sealed (AES-GCM, link.py) or, with no
+cluster secret, plain. Inside: one byte (0: raw, 1: zlib) and the message's
+codec bytes (codec.py): never a pickle. Any bad frame (too long, failed
+authentication, unknown type, malformed, a message before the greeting, a
+second greeting) drops the connection; the dialer reconnects.
 """
 
 from __future__ import annotations
 
-import pickle
+import contextlib
+import errno
+import functools
+import logging
+import socket
 import struct
 import zlib
 from typing import Any
 
-from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.node import TCPNode
-from pysyncobj.tcp_connection import TcpConnection
+from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
+from pysyncobj.transport import TCPTransport
+
+from raft_queue.replication import codec
+from raft_queue.security.link import LinkError, LinkSession
+
+log = logging.getLogger(__name__)
 
 
 class ProxiedNode(TCPNode):
@@ -37,67 +61,252 @@ class ProxiedNode(TCPNode):
         return self._dial_port  # type: ignore[no-any-return]
 
 
-# ---- wire format (TcpConnection) ------------------------------------------------------
-# pysyncobj 0.3.17 frames every message as zlib.compress(pickle protocol 2, level 3).
-# For the small messages that are most of the traffic (heartbeats, acks: ~100 B)
-# zlib costs far more than the message: deflate allocates and clears ~256 KiB of
-# state per call (measured 160-400 us per compress on this 2-core machine, against
-# 3-7 us for the pickle), and the 256-replica idle node sends thousands a second.
-# Protocol 2 also pickles bytes as latin-1 text (entries grow and cost a text
-# codec pass). So: pickle protocol 5 (any Python 3.8+ unpickler reads it), zlib
-# (level 1) only from COMPRESS_MIN_BYTES. A frame whose first byte is 0x80 (the
-# pickle PROTO opcode; zlib streams start with 0x78) is read as a bare pickle,
-# so frames from unpatched peers still decode; unpatched peers cannot read ours
-# (upgrade every node of a cluster together). Snapshot chunks are always
-# compressed: an LMDB image is mostly free pages, and a 64 KiB chunk must
-# cross the link within the sender's connection timeout (the follower answers
-# no chunk; over a slow link, uncompressed chunks never arrived).
-COMPRESS_MIN_BYTES = 1 << 20
-_PICKLE_PROTO = b"\x80"
+# ---- frame size ---------------------------------------------------------------------
+# The largest legitimate frame is an AppendEntries: entries up to
+# APPEND_ENTRIES_BATCH_BYTES (raft.py) plus the one that crosses it, which
+# is at most group.MAX_ENTRY_BYTES or one command of up to
+# Limits.max_request_bytes (a Send) plus its encoding. Snapshot chunks are
+# 64 KiB. So: max_request_bytes + FRAME_SLACK_BYTES; the node sets it from
+# its config at start (``set_max_request_bytes``), the default matches the
+# default limits (64 MiB).
+FRAME_SLACK_BYTES = 16 << 20
+_max_frame = (64 << 20) + FRAME_SLACK_BYTES
 
 
-def _wire_send(conn: TcpConnection, message: Any) -> None:
-    compress = type(message) is dict and message.get("serialized") is not None
-    if conn.sendRandKey:
-        message = (conn.sendRandKey, message)
-    data = pickle.dumps(message, protocol=5)
-    if compress or len(data) >= COMPRESS_MIN_BYTES:
-        data = zlib.compress(data, 1)
-    if conn.encryptor:
-        data = conn.encryptor.encrypt_at_time(data, int(monotonic_time()))
-    conn._TcpConnection__writeBuffer += struct.pack("i", len(data)) + data
+def set_max_request_bytes(max_request_bytes: int) -> None:
+    """Size the frame cap for ``limits.max_request_bytes`` (process-wide)."""
+    global _max_frame
+    _max_frame = max_request_bytes + FRAME_SLACK_BYTES
+
+
+def max_frame_bytes() -> int:
+    return _max_frame
+
+
+# Until the peer proved the secret (its CONFIRM opened) only handshake frames
+# are read: a stranger cannot make a node buffer a large frame.
+HANDSHAKE_FRAME_BYTES = 256
+_LEN = struct.Struct(">I")
+_RAW, _ZLIB = b"\x00", b"\x01"
+_NOTHING = object()  # a frame that carried no message (HELLO, CONFIRM)
+
+
+class _Link:
+    """A connection's link state: the handshake, messages waiting for it, and
+    whether the greeting is still expected (acceptor side)."""
+
+    __slots__ = ("closed", "expect_greeting", "pending", "session")
+
+    def __init__(self, key: bytes | None, dialer: bool) -> None:
+        self.session = LinkSession(key, dialer)
+        self.pending: list[bytes] = []
+        self.expect_greeting = not dialer
+        # The connection dropped: nothing of this session is written any
+        # more. pysyncobj reconnects an outgoing connection on the same
+        # TcpConnection, sometimes from inside the drop (a timeout found
+        # while writing); frames of the old session must not reach the new
+        # socket ahead of its HELLO.
+        self.closed = False
+
+
+def start_link(conn: TcpConnection, key: bytes | None, dialer: bool) -> None:
+    """Begin the handshake on a fresh connection: state, then our HELLO."""
+    link = _Link(key, dialer)
+    conn.raftq_link = link
+    _write(conn, link.session.hello(), link)
+
+
+def _write(conn: TcpConnection, frame: bytes, link: _Link | None = None) -> None:
+    """Frame ``frame`` out on ``conn``, unless ``link`` (the session it
+    belongs to) is no longer the connection's live one."""
+    if link is not None and (link.closed or conn.raftq_link is not link):
+        return
+    conn._TcpConnection__writeBuffer += _LEN.pack(len(frame)) + frame
     conn._TcpConnection__trySendBuffer()
 
 
-def _wire_parse(conn: TcpConnection) -> Any:
-    """pysyncobj's ``__processParseMessage`` with the frame decoding above."""
-    buf = conn._TcpConnection__readBuffer
-    if len(buf) < 4:
-        return None
-    size = struct.unpack("i", buf[:4])[0]
-    if len(buf) - 4 < size:
-        return None
-    data = buf[4 : 4 + size]
+def _body(message: Any) -> bytes:
+    """Codec bytes behind the compression byte. Snapshot chunks are always
+    compressed: an LMDB image is mostly free pages, and a 64 KiB chunk must
+    cross the link within the sender's connection timeout (the follower
+    answers no chunk). Nothing else is (entries can hold what clients sent:
+    no compression side channel inside sealed frames, and zlib costs more
+    than a small message)."""
+    data = codec.encode(message)
+    if type(message) is dict and message.get("serialized"):
+        return _ZLIB + zlib.compress(data, 1)
+    return _RAW + data
+
+
+def _wire_send(conn: TcpConnection, message: Any) -> None:
     try:
-        if conn.encryptor:
-            stamp = conn.encryptor.extract_timestamp(data)
-            if stamp < conn.recvLastTimestamp:
-                raise ValueError("replayed frame")
-            conn.recvLastTimestamp = stamp
-            data = conn.encryptor.decrypt(data)
-        if data[:1] != _PICKLE_PROTO:
-            data = zlib.decompress(data)
-        message = pickle.loads(data)  # noqa: S301 (hazard 6: only nodes may reach Raft ports; docs/security.md)
-        if conn.recvRandKey:
-            rand_key, message = message
-            if rand_key != conn.recvRandKey:
-                raise ValueError("wrong session key")
-    except Exception:
-        conn.disconnect()
-        return None
-    conn._TcpConnection__readBuffer = buf[4 + size :]
+        body = _body(message)
+    except codec.CodecError:
+        log.exception("not sent: a message with no wire encoding")
+        return
+    link: _Link | None = conn.raftq_link
+    if link is None:  # a plain pysyncobj transport (tests): unsealed codec frames
+        _write(conn, body)
+    elif link.closed:
+        return  # dropped; pysyncobj's transport reports the send failed
+    elif not link.session.ready:
+        link.pending.append(body)  # sealed (in order) once the HELLO arrives
+    else:
+        _write(conn, link.session.seal(body), link)
+
+
+def _decode(payload: bytes) -> Any:
+    flag = payload[:1]
+    if flag == _RAW:
+        return codec.decode(payload, 1)
+    if flag == _ZLIB:
+        inflater = zlib.decompressobj()
+        data = inflater.decompress(payload[1:], _max_frame)
+        if inflater.unconsumed_tail or not inflater.eof:
+            raise codec.CodecError("compressed message too large or truncated")
+        return codec.decode(data)
+    raise codec.CodecError("unknown compression byte")
+
+
+def _receive(conn: TcpConnection, frame: bytes) -> Any:
+    link: _Link | None = conn.raftq_link
+    if link is None:
+        return _decode(frame)
+    session = link.session
+    if session.peer is None:
+        confirm = session.on_hello(frame)
+        if confirm is not None:
+            _write(conn, confirm, link)
+        pending, link.pending = link.pending, []
+        for waiting in pending:
+            _write(conn, session.seal(waiting), link)
+        return _NOTHING
+    body = session.open(frame)
+    if body is None:
+        return _NOTHING
+    message = _decode(body)
+    if type(message) is str:
+        if not link.expect_greeting:
+            raise LinkError("unexpected greeting")
+        link.expect_greeting = False
+    elif link.expect_greeting:
+        raise LinkError("a message before the greeting")
     return message
 
 
+def _drop(conn: TcpConnection, reason: object) -> None:
+    link: _Link | None = conn.raftq_link
+    where = ""
+    if link is not None:
+        s = link.session
+        where = f" ({'dialer' if s.dialer else 'acceptor'}, hello={s.peer is not None})"
+    sock = conn._TcpConnection__socket
+    with contextlib.suppress(OSError, AttributeError, IndexError, TypeError):
+        where += f" local {sock.getsockname()[1]} peer {sock.getpeername()[1]}"
+    log.warning("dropping a Raft connection%s: %s", where, reason)
+    conn.disconnect()
+
+
+def _wire_read(conn: TcpConnection) -> bool:
+    """pysyncobj's ``__processRead`` with a bytearray read buffer: its bytes
+    buffer was copied whole on every recv (a 1 MiB frame in 64 KiB reads
+    copied ~8 MiB, and several frames in one read far more)."""
+    try:
+        incoming = conn._TcpConnection__socket.recv(conn._TcpConnection__recvBufferSize)
+    except OSError as e:
+        if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
+            conn.disconnect()
+        return False
+    if not incoming or conn._TcpConnection__socket.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+        conn.disconnect()
+        return False
+    buf = conn._TcpConnection__readBuffer
+    if type(buf) is not bytearray:  # pysyncobj resets it to bytes() on (dis)connect
+        buf = conn._TcpConnection__readBuffer = bytearray(buf)
+    buf += incoming
+    return True
+
+
+def _wire_parse(conn: TcpConnection) -> Any:
+    """pysyncobj's ``__processParseMessage`` with the frames above: the next
+    message, or None when more bytes are needed or the connection was dropped."""
+    while conn.state == CONNECTION_STATE.CONNECTED:
+        link = conn.raftq_link
+        if link is not None and link.closed:
+            return None
+        buf = conn._TcpConnection__readBuffer
+        if type(buf) is not bytearray:
+            buf = conn._TcpConnection__readBuffer = bytearray(buf)
+        if len(buf) < 4:
+            return None
+        (size,) = _LEN.unpack_from(buf)
+        cap = _max_frame if link is None or link.session.confirmed else HANDSHAKE_FRAME_BYTES
+        if size == 0 or size > cap:
+            _drop(conn, f"frame of {size} bytes (cap {cap})")
+            return None
+        if len(buf) - 4 < size:
+            return None
+        frame = bytes(buf[4 : 4 + size])
+        del buf[: 4 + size]
+        try:
+            message = _receive(conn, frame)
+        except (LinkError, codec.CodecError, zlib.error) as exc:
+            _drop(conn, exc)
+            return None
+        if message is not _NOTHING:
+            return message
+    return None
+
+
+TcpConnection.raftq_link = None
 TcpConnection.send = _wire_send
 TcpConnection._TcpConnection__processParseMessage = _wire_parse
+TcpConnection._TcpConnection__processRead = _wire_read
+
+
+class LinkTransport(TCPTransport):
+    """pysyncobj's TCP transport with links (module doc). The link key is the
+    SyncObj's ``link_key`` attribute, set before its transport is made."""
+
+    def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any) -> None:  # noqa: N803
+        self._link_key: bytes | None = getattr(syncObj, "link_key", None)
+        super().__init__(syncObj, selfNode, otherNodes)
+
+    def setOnUtilityMessageCallback(self, message: str, callback: Any) -> None:  # noqa: N802
+        """pysyncobj registers status/add/remove/set_version/transfer here:
+        none is registered (they changed membership for anyone)."""
+
+    def _onUtilityMessage(self, conn: Any, message: Any) -> bool:  # noqa: N802
+        return False
+
+    def _onNewIncomingConnection(self, conn: TcpConnection) -> None:  # noqa: N802
+        super()._onNewIncomingConnection(conn)
+        conn.encryptor = None  # the link seals frames, not pysyncobj's Fernet
+        start_link(conn, self._link_key, dialer=False)
+
+    def _onOutgoingConnected(self, conn: TcpConnection) -> None:  # noqa: N802
+        conn.encryptor = None
+        start_link(conn, self._link_key, dialer=True)
+        self._sendSelfAddress(conn)  # the greeting: sealed after the HELLOs
+        self._onNodeConnected(self._connToNode(conn))
+
+    def _onDisconnected(self, conn: TcpConnection) -> None:  # noqa: N802
+        link: _Link | None = conn.raftq_link
+        if link is not None:
+            link.closed = True  # before pysyncobj may reconnect this conn
+        super()._onDisconnected(conn)
+
+    def _onIncomingMessageReceived(self, conn: TcpConnection, message: Any) -> None:  # noqa: N802
+        """The greeting (the wire allows no other first message): the address
+        of a member that dials us. Anything else (``readonly``, an unknown
+        address, a member we dial ourselves) drops the connection."""
+        node = self._nodeAddrToNode.get(message) if type(message) is str else None
+        if node is None or self._shouldConnect(node):
+            log.warning("refused a Raft peer greeting as %r", message)
+            self._unknownConnections.discard(conn)
+            conn.disconnect()
+            return
+        self._unknownConnections.discard(conn)
+        self._connections[node] = conn
+        conn.setOnMessageReceivedCallback(functools.partial(self._onMessageReceived, node))
+        self._onNodeConnected(node)

@@ -26,12 +26,20 @@ Pure apart from the clock, which callers pass in; the gRPC side lives in
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import hmac
 import struct
 from collections.abc import Iterable, Mapping
 
 from raft_queue.security.secret import NODE_RPC, derive_key
+
+#: The node whose signature the current call carried, once checked (set by
+#: server/api/node_identity.py for the call's task; None otherwise). The
+#: token door takes a signed call without a token as that node's own work.
+VERIFIED_NODE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "raftq_verified_node", default=None
+)
 
 NODE_KEY = "raftq-node"
 TIME_KEY = "raftq-node-ts"

@@ -10,6 +10,9 @@ import logging
 from typing import Any
 
 from raft_queue._proto.raft_queue.v1 import admin_pb2, admin_pb2_grpc
+from raft_queue.server.api.principals import Principals
+from raft_queue.server.api.quota import Quotas
+from raft_queue.server.api.usage import get_usage
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.controllers import controllers_pb
 from raft_queue.server.liveness import Liveness
@@ -25,6 +28,8 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         self.node = cluster.node
         self.liveness = liveness
         self.ops = operations
+        self.principals = Principals(cluster.node)
+        self.quotas = Quotas(cluster.node)
 
     @handled
     async def ClusterStatus(self, request: Any, context: Any) -> Any:  # noqa: N802
@@ -42,6 +47,10 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
                     metadata_leader=n.node_id == leader,
                     rack=n.rack,
                     last_heartbeat_age_ms=int(age * 1000) if age is not None else 0,
+                    disk_low=self.node.disk.low_reason(n.node_id),
+                    failure=self.node.disk.failure()
+                    if n.node_id == self.node.id
+                    else self.liveness.failed.get(n.node_id, ""),
                 )
             )
         voters = controllers_pb(self.node)
@@ -98,3 +107,45 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     @handled
     async def ListControllers(self, request: Any, context: Any) -> Any:  # noqa: N802
         return controllers_pb(self.node)
+
+    # ---- principals and grants (server/api/principals.py) -------------------------------
+    @handled
+    async def CreatePrincipal(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return await self.principals.create(request)
+
+    @handled
+    async def RotatePrincipal(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return await self.principals.rotate(request)
+
+    @handled
+    async def DeletePrincipal(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return await self.principals.delete(request)
+
+    @handled
+    async def ListPrincipals(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return self.principals.list(request)
+
+    @handled
+    async def AddGrant(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return await self.principals.add_grant(request)
+
+    @handled
+    async def RemoveGrant(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return await self.principals.remove_grant(request)
+
+    # ---- quotas and usage (server/api/quota.py, usage.py) ------------------------------
+    @handled
+    async def SetQuota(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return await self.quotas.set(request)
+
+    @handled
+    async def RemoveQuota(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return await self.quotas.remove(request)
+
+    @handled
+    async def ListQuotas(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return self.quotas.list(request)
+
+    @handled
+    async def GetUsage(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return get_usage(self.c.node, request)

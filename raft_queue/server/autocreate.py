@@ -42,8 +42,9 @@ YOUNG_MS = 30_000
 
 
 def may_create(request: Any, config: NodeConfig) -> bool:
-    """Whether a Send to a missing queue creates it (see the module doc).
-    Gate an explicit ``request.create`` on the caller's grants here."""
+    """Whether a Send to a missing queue creates it (see the module doc). An
+    explicit ``request.create`` needs the caller's ``manage`` grant too, which
+    the token door checked before the Send got here (server/api/auth.py)."""
     return bool(request.create) or config.cluster.auto_create_queues
 
 

@@ -140,6 +140,9 @@ class Cluster:
         out = []
         for key, replica in list(self.node.replicas.items()):
             st = replica.status()
+            if st["role"] == "failed":
+                out.append(_failed_status(key, self.node.id, st, replica))
+                continue
             try:
                 stats = replica.stats(now)
             except errors.Unavailable:
@@ -166,6 +169,7 @@ class Cluster:
                     oldest_timestamp_ms=getattr(stats, "oldest_timestamp_ms", 0),
                     digest=replica.digest() if include_digests else "",
                     has_quorum=st["has_quorum"],
+                    snapshot_failures=replica.snapshot_failures,
                 )
             )
         return out
@@ -213,6 +217,19 @@ class Cluster:
                 )
             )
         return infos
+
+
+def _failed_status(key: Any, node_id: str, st: dict[str, Any], replica: Any) -> Any:
+    """A fail-stopped replica: role "failed" and why (no stats: it reads nothing)."""
+    return admin_pb2.ReplicaStatus(
+        queue=key.queue,
+        partition=key.partition,
+        node=node_id,
+        role="failed",
+        failure=st["failure"],
+        last_applied=st["last_applied"],
+        snapshot_failures=replica.snapshot_failures,
+    )
 
 
 def _now_ms() -> int:

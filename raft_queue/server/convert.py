@@ -3,21 +3,20 @@ before anything is submitted, so bad input never reaches the Raft log."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from raft_queue import errors
+from raft_queue import config, errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
-from raft_queue.config import MAX_MESSAGE_DELAY_MS, QueueSpec
+from raft_queue.config import MAX_MESSAGE_DELAY_MS, Limits, QueueSpec
 from raft_queue.core.commands import MAX_REQUEST_ID_BYTES, NewRecord, PartitionConfig
 from raft_queue.core.records import plain_blob, to_blob
 from raft_queue.core.results import LeaseResult
 from raft_queue.core.segments import HAS_DEDUP, HAS_KEY, SEALED, Segment, Summary, summarize
 from raft_queue.observability import metrics
+from raft_queue.server import bounds
 from raft_queue.server.receipts import Receipts
 
-QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 MAX_DEDUP_ID = 128
 MAX_KEY = 1024
 MAX_DELAY_MS = MAX_MESSAGE_DELAY_MS
@@ -45,11 +44,9 @@ _SPEC_FIELDS = (
 
 
 def check_queue_name(name: str, field: str = "name") -> str:
-    if not QUEUE_NAME.match(name or ""):
-        raise errors.InvalidArgument(
-            field,
-            f"{name!r} is not a queue name: 1-128 of A-Z a-z 0-9 _ . - (not starting with . _ -)",
-        )
+    """The one queue-name rule (config.check_queue_name), checked at the
+    front: a bad name never costs a Raft round."""
+    config.check_queue_name(name, field)
     return name
 
 
@@ -97,7 +94,9 @@ def partition_config(spec: QueueSpec) -> PartitionConfig:
     )
 
 
-def new_record(i: int, entry: queue_pb2.SendEntry, spec: QueueSpec) -> NewRecord:
+def new_record(
+    i: int, entry: queue_pb2.SendEntry, spec: QueueSpec, limits: Limits | None = None
+) -> NewRecord:
     field = f"entries[{i}]"
     if len(entry.body) > spec.max_message_bytes:
         metrics.count_rejection("limits")
@@ -117,6 +116,8 @@ def new_record(i: int, entry: queue_pb2.SendEntry, spec: QueueSpec) -> NewRecord
         )
     if spec.ordering == "fifo" and not entry.key:
         raise errors.InvalidArgument(f"{field}.key", "a fifo queue needs a key on every message")
+    if entry.headers:
+        bounds.check_headers(field, entry, spec, limits or _DEFAULT_LIMITS)
     headers = tuple(sorted((k, bytes(v)) for k, v in entry.headers.items()))
     try:
         return NewRecord(
@@ -133,7 +134,10 @@ def new_record(i: int, entry: queue_pb2.SendEntry, spec: QueueSpec) -> NewRecord
 
 
 def record_blobs(
-    entries: Sequence[queue_pb2.SendEntry], indexes: Sequence[int], spec: QueueSpec
+    entries: Sequence[queue_pb2.SendEntry],
+    indexes: Sequence[int],
+    spec: QueueSpec,
+    limits: Limits | None = None,
 ) -> tuple[tuple[bytes, ...], Summary]:
     """The record blobs (``records.to_blob``) of ``entries[i]`` for ``i`` in
     ``indexes``, validated exactly as ``new_record`` validates, and their
@@ -167,13 +171,14 @@ def record_blobs(
             if dedup_id:
                 flags |= HAS_DEDUP
         else:  # the general path names the failing field
-            add(to_blob(new_record(i, entry, spec)))
+            add(to_blob(new_record(i, entry, spec, limits)))
             general = True
     blobs = tuple(out)
     return blobs, summarize(blobs) if general else Summary(len(blobs), flags, 0)
 
 
-_BARE = plain_blob(b"", "", "")  # the blob header of a record with a body only
+_BARE = plain_blob(b"", "", "")
+_DEFAULT_LIMITS = Limits()  # the blob header of a record with a body only
 
 
 def check_request_id(request_id: bytes) -> bytes:

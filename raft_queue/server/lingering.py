@@ -32,6 +32,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from raft_queue import errors
 from raft_queue.replication.partition import PartitionReplica
 from raft_queue.replication.standing import Standing
 
@@ -121,9 +122,12 @@ class Lingering:
         have = {(p, id(r)) for p, r, _ in lin.stands}
         for part, replica in local:
             if (part, id(replica)) not in have:
-                request = replica.standing.stand(
-                    key[1], max_n, visibility_ms, self.window_s, lingering=True
-                )
+                try:
+                    request = replica.standing.stand(
+                        key[1], max_n, visibility_ms, self.window_s, lingering=True
+                    )
+                except errors.ResourceExhausted:
+                    continue  # over a standing-poll bound: no lingering here
                 lin.stands.append((part, replica, request))
         if lin.stands:
             self._held[key] = lin

@@ -49,9 +49,19 @@ class Liveness:
         self.tuning = tuning
         self.clock = clock
         self.last_seen: dict[str, float] = {}
+        self.failed: dict[str, str] = {}  # node id -> a replica's fail-stop reason
         self._leading = False
 
-    def beat(self, node_id: str) -> None:
+    def beat(self, node_id: str, failure: str = "") -> None:
+        """A heartbeat. One from a node with a fail-stopped replica (a storage
+        error, server/disk.py) does not count: the node turns suspect, then
+        dead, and the repair moves its replicas elsewhere."""
+        if failure:
+            if node_id not in self.failed:
+                log.error("node %s reports a failed replica: %s", node_id, failure)
+            self.failed[node_id] = failure
+            return
+        self.failed.pop(node_id, None)
         self.last_seen[node_id] = self.clock()
 
     def age_s(self, node_id: str) -> float | None:
@@ -84,7 +94,8 @@ class Liveness:
         self._leading = leading
         if not leading:
             return
-        self.beat(self.node.id)
+        disk = getattr(self.node, "disk", None)  # server/disk.py (absent in some fakes)
+        self.beat(self.node.id, disk.failure() if disk is not None else "")
         now_ms = int(time.time() * 1000)
         for node in self.node.view.nodes().values():
             silent = self.clock() - self.last_seen.setdefault(node.node_id, self.clock())

@@ -38,6 +38,9 @@ from raft_queue.security.keyring import load_key_provider
 from raft_queue.security.secret import node_secret
 from raft_queue.server.admin_service import AdminService
 from raft_queue.server.api import door
+from raft_queue.server.api.auth import door_for
+from raft_queue.server.api.concurrency import ConcurrencyLimit, server_options
+from raft_queue.server.api.usage import UsageFlusher
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.housekeeping import Housekeeper
 from raft_queue.server.liveness import Liveness
@@ -46,8 +49,9 @@ from raft_queue.server.mover import Mover
 from raft_queue.server.node import Node
 from raft_queue.server.node_service import NodeService, registration_loop
 from raft_queue.server.operations import Operations
-from raft_queue.server.peers import CHANNEL_OPTIONS, Peers
+from raft_queue.server.peers import Peers
 from raft_queue.server.queue_service import QueueService
+from raft_queue.server.tls import NodeTls
 
 log = logging.getLogger("raft_queue.node")
 
@@ -94,14 +98,21 @@ async def serve(config: config_mod.NodeConfig) -> None:
             "authenticated; anyone who reaches this node's ports can join or read it"
         )
     private_files(config.data_dir)  # umask 077, data dir 0700 (security/files.py)
+    tls = NodeTls(config.tls)  # reads and checks the [tls] files before anything starts
     node = Node(config, dial=dial, secret=secret)
     node.key_provider = load_key_provider(config.security)  # encryption at rest (None: off)
     await loop.run_in_executor(None, node.start, loop)
-    cluster = Cluster(node, Peers(dial, signer=door.node_signer(secret, node.id)))
-    observe = NodeObservability(config)
-    # Outermost first: metrics see every answer, the doors' refusals included.
-    interceptors = [*observe.interceptors(), *door.interceptors(secret)]
-    server = grpc.aio.server(options=CHANNEL_OPTIONS, interceptors=interceptors)
+    signer = door.node_signer(secret, node.id)
+    cluster = Cluster(node, Peers(dial, signer=signer, credentials=tls.channel_credentials()))
+    tokens = door_for(node)
+    # The status page asks the same door: an admin token, or open when insecure.
+    observe = NodeObservability(config, authorize=tokens.page_authorizer())
+    # Outermost first: metrics see every answer, the doors' refusals included;
+    # node identity before tokens, so a node's own forwarded work (signed, no
+    # token) is known as that node when the token door looks.
+    interceptors = [*observe.interceptors(), *door.interceptors(secret), tokens]
+    interceptors.append(ConcurrencyLimit(config.limits.max_concurrent_rpcs))  # after the doors
+    server = grpc.aio.server(options=server_options(config.limits), interceptors=interceptors)
     queue_service = QueueService(cluster)
     queue_pb2_grpc.add_QueueServiceServicer_to_server(queue_service, server)
     liveness = Liveness(node, config.cluster)
@@ -118,7 +129,7 @@ async def serve(config: config_mod.NodeConfig) -> None:
         health.SERVICE_NAME,
     )
     door.maybe_reflection(config.api, server, names)
-    server.add_insecure_port(f"{config.grpc_host}:{config.grpc_port}")
+    tls.add_port(server, f"{config.grpc_host}:{config.grpc_port}")  # TLS only, when [tls] is on
     await server.start()
     # Health per service follows readiness from here on (observability/health.py).
     await observe.start(cluster, liveness, node_service, health_servicer, (names[0], names[1]))
@@ -129,11 +140,14 @@ async def serve(config: config_mod.NodeConfig) -> None:
         asyncio.create_task(liveness.run_forever()),
         asyncio.create_task(mover.run_forever()),
     ]
+    usage = UsageFlusher(cluster, tokens.meter.usage)  # server/api/usage.py
+    tasks.append(asyncio.create_task(usage.run_forever()))
     # Polls a voter's copy while this node has no (caught-up) metadata replica:
     # not a voter, or added or removed as one (server/controllers.py).
     tasks.append(asyncio.create_task(follow_metadata(cluster)))
     tune_gc()
-    log.info("node %s serving gRPC on %s", node.id, node.address)
+    secure = " (TLS)" if tls.enabled else ""
+    log.info("node %s serving gRPC%s on %s", node.id, secure, node.address)
     page = f"; status page http://{observe.address}/" if observe.address else ""
     print(f"raftq node {node.id} ready on {node.address}{page}", flush=True)
     stop = asyncio.Event()
@@ -145,8 +159,10 @@ async def serve(config: config_mod.NodeConfig) -> None:
     for t in tasks:
         t.cancel()
     await server.stop(2.0)
+    await usage.final()
     await observe.close()
     await cluster.peers.close()
+    tokens.close()
     await loop.run_in_executor(None, node.stop)
 
 

@@ -30,12 +30,16 @@ from raft_queue.config import NodeConfig
 from raft_queue.core import metadata as meta
 from raft_queue.core.commands import Configure
 from raft_queue.observability import metrics
+from raft_queue.replication import wire
 from raft_queue.replication.host import RaftHost
 from raft_queue.replication.metadata import MetadataReplica
 from raft_queue.replication.partition import PartitionReplica
 from raft_queue.replication.raft import check_version
+from raft_queue.security.secret import RAFT_LINK, derive_key
+from raft_queue.server.bounds import bound_replica
 from raft_queue.server.controllers import load_role
 from raft_queue.server.convert import partition_config
+from raft_queue.server.disk import DiskHealth
 from raft_queue.server.wakeups import Wakeups
 
 log = logging.getLogger(__name__)
@@ -77,6 +81,9 @@ class Node:
         self.secret = secret
         # Encryption at rest (security/keyring.py; server/main.py sets it): None = off.
         self.key_provider: Any = None
+        # Raft links prove the secret and seal frames with this (wire.py).
+        self.raft_link_key = derive_key(secret, RAFT_LINK) if secret is not None else None
+        wire.set_max_request_bytes(config.limits.max_request_bytes)
         self.id = config.node_id
         self.address = config.advertise_address or f"{config.grpc_host}:{config.grpc_port}"
         self._dial = dial
@@ -101,6 +108,8 @@ class Node:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.wakeups: Wakeups
         self.started_at = time.monotonic()
+        # Free-space watermark and fail-stopped replicas (server/disk.py).
+        self.disk = DiskHealth(self.id, config.data_dir, config.storage)
 
     # ---- lifecycle ---------------------------------------------------------------------
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -128,7 +137,10 @@ class Node:
             heartbeat_s=self.config.raft.heartbeat_period_s,
             dial=self._dial,
             on_change=self._on_metadata_change,
+            bind_host=self.config.raft_host,
+            link_key=self.raft_link_key,
         )
+        replica.on_failed = self.disk.replica_failed
         # Assigned before the host drives it: replay may apply committed entries
         # (and call _on_metadata_change) before start() gets the return value.
         self.metadata = replica
@@ -162,6 +174,8 @@ class Node:
         """Driver thread: publish a read-only copy and wake the reconciler. A
         joining replica's older states are not published (the view only grows)."""
         assert self.metadata is not None
+        if self.metadata.machine.version == self.view.version and not self.metadata_joining:
+            return  # e.g. a usage batch: no view change, no copy (usage is read live)
         view = meta.MetadataMachine.from_bytes(self.metadata.machine.to_bytes())
         if view.version < self.view.version:
             return
@@ -307,6 +321,11 @@ class Node:
                 self._leader_since.pop(key, None)
                 continue
             since = self._leader_since.setdefault(key, now)
+            if self.disk.is_low(self.id):  # short of space: lead nothing (server/disk.py)
+                away = self._healthy_peer_address(key)
+                if away is not None:
+                    self.host.call(partial(replica.transferLeadership, away))
+                continue
             target = self._preferred_address(key)
             if target is None or now - since < PREFER_AFTER_S:
                 continue
@@ -327,9 +346,27 @@ class Node:
             if a.partition == key.partition and a.replicas:
                 first = a.replicas[0]
                 node = self.view.nodes().get(first.node_id)
-                if first.node_id == self.id or node is None:
+                if first.node_id == self.id or node is None or self.disk.is_low(first.node_id):
                     return None
                 return f"{node.raft_host}:{first.raft_port}"
+        return None
+
+    def partition_replicas(self, queue: str, partition: int) -> tuple[Any, ...]:
+        """The ReplicaRefs of a partition (its assignment), or ()."""
+        for a in self.view.assignments(queue):
+            if a.partition == partition:
+                return tuple(a.replicas)
+        return ()
+
+    def _healthy_peer_address(self, key: ReplicaKey) -> str | None:
+        """Raft address of another replica of ``key`` on a node not low on disk."""
+        nodes = self.view.nodes()
+        for ref in self.partition_replicas(key.queue, key.partition):
+            node = nodes.get(ref.node_id)
+            if node is None or ref.node_id == self.id or node.state != "alive":
+                continue
+            if not self.disk.is_low(ref.node_id):
+                return f"{node.raft_host}:{ref.raft_port}"
         return None
 
     def _configure_leaders(self) -> None:
@@ -411,10 +448,15 @@ class Node:
             dial=self._dial,
             durability=durability,
             log_compaction_min_entries=self.config.raft.log_compaction_min_entries,
+            log_compaction_min_time_s=self.config.raft.log_compaction_min_time_s,
             preferred=self._is_preferred(key),
+            bind_host=self.config.raft_host,
+            link_key=self.raft_link_key,
         )
         replica.on_wake = self.wakeups.hook((key.queue, key.partition))
+        bound_replica(replica, self.config)
         replica.set_probe(metrics.probe_for(key.queue, key.partition))
+        replica.on_failed = self.disk.replica_failed
         self.host.add(replica)
         return replica
 

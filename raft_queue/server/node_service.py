@@ -17,8 +17,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2, node_pb2_grpc
 from raft_queue.core import metadata as meta
+from raft_queue.server.api import usage
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.liveness import Liveness
 from raft_queue.server.members import member_change
@@ -49,9 +51,10 @@ class NodeService(node_pb2_grpc.NodeServiceServicer):
 
     @handled
     async def Heartbeat(self, request: Any, context: Any) -> Any:  # noqa: N802
-        self.liveness.beat(request.node)
+        self.liveness.beat(request.node, request.failure)
+        low = self.node.disk.report(request.node, request.disk_low)
         await register_if_needed(self.node, request)
-        return admin_pb2.HeartbeatResponse(metadata_version=self.node.view.version)
+        return admin_pb2.HeartbeatResponse(metadata_version=self.node.view.version, disk_low=low)
 
     @handled
     async def GetMetadata(self, request: Any, context: Any) -> Any:  # noqa: N802
@@ -67,6 +70,17 @@ class NodeService(node_pb2_grpc.NodeServiceServicer):
     async def MemberChange(self, request: Any, context: Any) -> Any:  # noqa: N802
         return await member_change(self.node, request)
 
+    @handled
+    async def FlushUsage(self, request: Any, context: Any) -> Any:  # noqa: N802
+        """A node's usage batch (server/api/usage.py), on the metadata leader."""
+        md = self.node.metadata
+        if md is None or not md.is_leader():
+            raise errors.NotLeader("not the metadata leader", self.node.metadata_leader_address())
+        applied = await usage.record(
+            self.node, request.node, request.seq, usage.rows_of(request.rows)
+        )
+        return admin_pb2.FlushUsageResponse(applied_seq=applied)
+
 
 def heartbeat_request(node: Any) -> Any:
     c = node.config
@@ -80,6 +94,8 @@ def heartbeat_request(node: Any) -> Any:
         raft_port_max=c.raft_port_max,
         controller=node.metadata is not None,
         metadata_raft_port=c.metadata_raft_port,
+        disk_low=node.disk.check(),
+        failure=node.disk.failure(),
     )
 
 
@@ -114,11 +130,13 @@ async def registration_loop(cluster: Cluster, period_s: float = 1.0) -> None:
         try:
             req = heartbeat_request(node)
             if node.metadata is not None and node.metadata.is_leader():
+                node.disk.adopt(node.disk.report(node.id, req.disk_low))
                 await register_if_needed(node, req)
             else:
                 address = node.metadata_leader_address()
                 if address and address != node.address:
-                    await cluster.peers.node(address).Heartbeat(req, timeout=3.0)
+                    resp = await cluster.peers.node(address).Heartbeat(req, timeout=3.0)
+                    node.disk.adopt(dict(resp.disk_low))
         except Exception as exc:  # the next beat retries; log without traceback spam
             log.debug("heartbeat failed: %s", exc)
         registered = node.id in node.view.nodes()

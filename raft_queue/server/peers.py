@@ -9,6 +9,11 @@ through unchanged (code, details, trailers).
 
 Node-to-node calls (NodeService) and forwards are signed here and only here:
 every stub that reaches another node comes from ``Peers``.
+
+Credentials: a forwarded request also carries the caller's own
+``authorization`` (server/api/auth.py keeps it for the call), so the leader's
+node checks the same principal again; work the node starts itself carries
+only its signature, which the door takes as the node's own identity.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import grpc
 from raft_queue._proto.raft_queue.v1 import admin_pb2_grpc, queue_pb2, queue_pb2_grpc
 from raft_queue.errors import Unavailable
 from raft_queue.security.node_identity import NodeSigner
+from raft_queue.server.api.auth import AUTHORIZATION, CALLER_AUTHORIZATION
 from raft_queue.server.api.node_identity import (
     FORWARDED_KEY,
     QUEUE_SERVICE,
@@ -57,6 +63,7 @@ class Peers:
         dial: Callable[[str], str | None] = lambda a: None,
         signer: NodeSigner | None = None,
         clock: Callable[[], float] = time.time,
+        credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._dial = dial
@@ -65,12 +72,24 @@ class Peers:
         self._clock = clock
         self._nodes: dict[str, NodeStub] = {}
         self._forwards: dict[tuple[str, str], SignedCall] = {}
+        # TLS (server/tls.py) when the node's [tls] is on: every call below
+        # then checks the other node's certificate against the cluster CA.
+        self._credentials = credentials
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         ch = self._channels.get(address)
         if ch is None:
             target = self._dial(address) or address
-            ch = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+            if self._credentials is None:
+                ch = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+            else:
+                options: list[tuple[str, Any]] = list(CHANNEL_OPTIONS)
+                if target != address:
+                    # Through a fault proxy, still check the certificate of
+                    # the node we mean to reach, not the proxy's address.
+                    host = address.rpartition(":")[0].strip("[]")
+                    options.append(("grpc.ssl_target_name_override", host))
+                ch = grpc.aio.secure_channel(target, self._credentials, options=options)
             self._channels[address] = ch
         return ch
 
@@ -79,6 +98,13 @@ class Peers:
 
     def admin(self, address: str) -> admin_pb2_grpc.AdminServiceStub:
         return admin_pb2_grpc.AdminServiceStub(self._channel(address))
+
+    def _forward_metadata(self) -> tuple[tuple[str, str], ...]:
+        """The marker, plus the caller's credential when a client's call is
+        being forwarded (none for work this node started itself: its
+        signature, added by SignedCall, names it)."""
+        caller = CALLER_AUTHORIZATION.get()
+        return (FORWARDED, (AUTHORIZATION, caller)) if caller else (FORWARDED,)
 
     def node(self, address: str) -> NodeStub:
         """NodeService on ``address``, every call signed by this node."""
@@ -108,7 +134,7 @@ class Peers:
             raise Unavailable("no leader known for this request yet")
         call = self._forward_call(address, method)
         try:
-            return await call(request, timeout=timeout_s, metadata=(FORWARDED,))
+            return await call(request, timeout=timeout_s, metadata=self._forward_metadata())
         except grpc.aio.AioRpcError as err:
             raise RemoteError(err) from err
 

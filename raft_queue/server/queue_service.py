@@ -20,7 +20,7 @@ from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2, queue_pb2_grpc
 from raft_queue.core import commands as cmd
 from raft_queue.observability import metrics
-from raft_queue.server import convert, receipt_results, sending
+from raft_queue.server import bounds, convert, receipt_results, sending
 from raft_queue.server.autocreate import AutoCreate
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.peers import RemoteError, abort_remote, is_forwarded
@@ -67,6 +67,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
             # As SQS/JetStream users expect: the default fits the cluster (3, or 1 when smaller).
             config.replication_factor = 3 if len(self.node.view.nodes()) >= 3 else 1
         spec = convert.spec_from_pb(config)
+        bounds.check_queue_spec(spec, self.node.config.limits)
         return await self.queues.create(name, spec, forwarded=is_forwarded(context))
 
     @handled

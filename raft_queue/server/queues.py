@@ -22,7 +22,7 @@ from raft_queue.config import IMMUTABLE_QUEUE_FIELDS, QueueSpec
 from raft_queue.core import commands as cmd
 from raft_queue.core import metadata as meta
 from raft_queue.core.placement import place_partitions
-from raft_queue.server import convert
+from raft_queue.server import bounds, convert
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.sending import now_ms
 
@@ -113,6 +113,7 @@ class Queues:
         name = request.name
         old = self.node.queue_spec(name)
         spec = convert.spec_from_pb(request.config, base=old.spec)
+        bounds.check_queue_spec(spec, self.node.config.limits)
         for field in IMMUTABLE_QUEUE_FIELDS:
             if getattr(spec, field) != getattr(old.spec, field):
                 raise errors.InvalidArgument(f"config.{field}", "cannot be changed after creation")

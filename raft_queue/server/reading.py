@@ -14,7 +14,7 @@ from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.core import commands as cmd
 from raft_queue.replication.partition import PartitionReplica
-from raft_queue.server import convert
+from raft_queue.server import bounds, convert
 from raft_queue.server.cluster import Cluster
 
 MAX_READ_MESSAGES = 10_000
@@ -54,9 +54,14 @@ class Reader:
                 break
             await self.c.wakeups.wait(keys, seen, remaining)
         records = self.c.crypto.open_read(q, part, replica, res.records)
+        messages = [convert.message_pb(q.name, part, r) for r in records]
+        keep = bounds.within_bytes(messages, self.limits.max_receive_bytes)
+        next_offset = res.next_offset if res.records else offset
+        if keep < len(messages):  # a partial batch: the caller reads on from here
+            messages, next_offset = messages[:keep], records[keep].offset
         return queue_pb2.ReadResponse(
-            messages=[convert.message_pb(q.name, part, r) for r in records],
-            next_offset=res.next_offset if res.records else offset,
+            messages=messages,
+            next_offset=next_offset,
             earliest_offset=res.earliest_offset,
             latest_offset=res.latest_offset,
         )
@@ -110,8 +115,8 @@ def offset_for_time(replica: PartitionReplica, timestamp_ms: int) -> int:
     """The first retained offset whose record was appended at or after
     ``timestamp_ms`` (the latest offset if none): a binary search, as record
     timestamps never decrease along the log."""
-    bounds = replica.read(0, 0)
-    lo, hi = int(bounds.earliest_offset), int(bounds.latest_offset)
+    edges = replica.read(0, 0)
+    lo, hi = int(edges.earliest_offset), int(edges.latest_offset)
     while lo < hi:
         mid = (lo + hi) // 2
         got = replica.read(mid, 1).records

@@ -132,7 +132,7 @@ class HmacSha256:
 
 
 def _prefix(queue: str) -> bytes:
-    return queue.encode() + b"\x00"  # a queue name never holds NUL (config.QUEUE_NAME)
+    return queue.encode() + b"\x00"  # a queue name never holds NUL (config.check_queue_name)
 
 
 class PartReceipts:

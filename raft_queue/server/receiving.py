@@ -34,7 +34,7 @@ from raft_queue.core import commands as cmd
 from raft_queue.core.results import OK
 from raft_queue.observability import metrics
 from raft_queue.replication.partition import PartitionReplica
-from raft_queue.server import convert
+from raft_queue.server import bounds, convert
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.lingering import Linger, Lingering, Stand
 from raft_queue.server.peers import RemoteError
@@ -90,9 +90,12 @@ class Receiver:
             if lin is not None:
                 undo(lin.stands)
             raise
-        if len(out) > max_n:
-            asyncio.ensure_future(self.give_back(q, out[max_n:]))
-            out = out[:max_n]
+        # Over max_messages (two nodes answered together) or over the byte
+        # cap: the leases of what is not returned are undone (visible again).
+        keep = min(max_n, bounds.within_bytes(out, self.limits.max_receive_bytes))
+        if len(out) > keep:
+            asyncio.ensure_future(self.give_back(q, out[keep:]))
+            out = out[:keep]
         if out and request.consumer and (wait_ms or taken_up):
             local, _ = self.c.split_partitions(q.name, q.spec.partitions)
             self.lingering.returned(key, arrived, max_n, visibility, local, lin)
@@ -245,7 +248,8 @@ class Receiver:
             remaining = deadline - loop.time()
             if out or remaining <= 0:
                 return out
-            sleep_s = min(remaining, RECHECK_S, _until_due_s([r for _, r in local]))
+            replicas = [r for _, r in local]
+            sleep_s = min(remaining, _recheck_s(replicas), _until_due_s(replicas))
             stand = (q, local, consumer, max_n, visibility, lin)
             lin = None
             out, try_now = await self._stand(*stand, self.c.wakeups.wait(keys, seen, sleep_s))
@@ -267,10 +271,15 @@ class Receiver:
         wake-up, or the sleep's end). Returns the messages leased and whether
         to try a Lease of our own next (not when a standing lease was just
         applied and found nothing: that was the try)."""
-        stands = []
-        for p, r in local:
-            s = lin.adopt(p, r, STAND_S) if lin is not None else None
-            stands.append((p, r, s or r.standing.stand(consumer, max_n, visibility, STAND_S)))
+        stands: list[Stand] = []
+        try:
+            for p, r in local:
+                s = lin.adopt(p, r, STAND_S) if lin is not None else None
+                stands.append((p, r, s or r.standing.stand(consumer, max_n, visibility, STAND_S)))
+        except BaseException:  # over a standing-poll bound: nothing left standing
+            _withdraw(stands, keep=False)
+            woken.close()
+            raise
         waker = asyncio.ensure_future(woken)
         wrapped = [asyncio.wrap_future(s.future) for _, _, s in stands]
         for w in wrapped:  # outcomes are read from the concurrent futures
@@ -446,6 +455,21 @@ def _messages(
             q.name, part, q.uid, res, receipts, crypto and crypto.opener(q.name, q.uid, part)
         )
     ]
+
+
+def _recheck_s(replicas: list[PartitionReplica]) -> float:
+    """RECHECK_S, longer while many polls stand here: each re-check costs the
+    event loop a stand and a withdraw, and thousands of polls re-checking
+    every RECHECK_S would starve the node (2,000 polls: 8,000 a second).
+    Wake-ups (an apply) and due timers still end the sleep at once; only
+    noticing a leadership move waits longer (at most RECHECK_MAX_S)."""
+    standing = max((len(r.standing) for r in replicas), default=0)
+    return min(RECHECK_MAX_S, RECHECK_S * max(1, standing // RECHECK_SHARE))
+
+
+# Polls standing on one partition per RECHECK_S of re-check interval.
+RECHECK_SHARE = 128
+RECHECK_MAX_S = 5.0
 
 
 def _until_due_s(replicas: list[PartitionReplica]) -> float:

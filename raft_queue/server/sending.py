@@ -72,10 +72,13 @@ class Sender:
             )
         by_part = self._place_all(entries, q.spec.partitions)
         try:
-            blobs = {p: convert.record_blobs(entries, idx, q.spec) for p, idx in by_part.items()}
+            blobs = {
+                p: convert.record_blobs(entries, idx, q.spec, self.limits)
+                for p, idx in by_part.items()
+            }
         except errors.InvalidArgument:
             for i, entry in enumerate(entries):  # report the first bad entry, as in index order
-                convert.new_record(i, entry, q.spec)
+                convert.new_record(i, entry, q.spec, self.limits)
             raise
         results: list[Any] = [None] * len(entries)
         await asyncio.gather(
@@ -113,6 +116,8 @@ class Sender:
     ) -> None:
         replica = self.c.local_leader(q.name, part, forwarded)
         if replica is not None:
+            node = self.c.node
+            node.disk.check_send(q.name, part, node.partition_replicas(q.name, part))
             sealed, summary = self.c.crypto.seal(q, part, *blobs)  # before the Raft log
             command = cmd.AppendBlobs(sealed, now_ms(), request_id, summary)
             res, reached = await self.c.submit_append(replica, command)

@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 ERROR_KEY = "raftq-error"
 FIELD_KEY = "raftq-field"
 LEADER_KEY = "raftq-leader"
+RETRY_AFTER_KEY = "retry-after-ms"  # OverQuota: when the same request would pass
 ERROR_ID_KEY = "raftq-error-id"
 
 Trailers = tuple[tuple[str, str], ...]
@@ -55,10 +56,14 @@ STATUS_CODES: dict[type[errors.QueueError], grpc.StatusCode] = {
     errors.OutOfRange: grpc.StatusCode.OUT_OF_RANGE,
     errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     errors.ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    errors.OverQuota: grpc.StatusCode.RESOURCE_EXHAUSTED,  # with retry-after-ms
     errors.Internal: grpc.StatusCode.INTERNAL,
+    errors.OldEntryFormat: grpc.StatusCode.INTERNAL,
     # A server running against the wrong dependency version cannot serve until
     # it is redeployed: the system is not in a state to run the request.
     errors.VersionMismatch: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    errors.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
 }
 
 
@@ -100,6 +105,8 @@ def to_status(exc: BaseException, error_id: str = "") -> tuple[grpc.StatusCode, 
         trailers.append((FIELD_KEY, _ascii(exc.field)))
     if isinstance(exc, errors.NotLeader) and exc.leader:
         trailers.append((LEADER_KEY, _ascii(exc.leader)))
+    if isinstance(exc, errors.OverQuota):
+        trailers.append((RETRY_AFTER_KEY, str(max(1, exc.retry_after_ms))))
     return code, exc.message, tuple(trailers)
 
 

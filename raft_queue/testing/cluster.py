@@ -13,28 +13,89 @@ Nodes are real OS processes so they can be killed (SIGKILL), paused
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import random
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 PORT_BLOCK = 100  # raft ports per node for partition replicas
+CLIENT_PRINCIPAL = "admin"  # whom the client certificate of a TLS cluster names
+
+
+# Ports for test clusters come from [PORT_LO, PORT_HI), below the kernel's
+# ephemeral range (32768+ here), so no outgoing connection of any process can
+# take one as its source port between our check and the node's bind. Processes
+# running LocalClusters on one machine reserve them in chunks of CHUNK with an
+# flock on <tmp>/raftq-ports/<first port>.lock: held while the reservation
+# lives, dropped by the kernel when the process dies (even by SIGKILL), so two
+# processes never hand out the same port. Ports are spot-checked free as well
+# (a process that does not take part may hold one).
+PORT_LO, PORT_HI, CHUNK = 20000, 32000, 128
+_pool: list[int] = []  # free_port(): ports of this process's current chunk
+_pool_fds: list[int] = []
+_held: dict[int, list[int]] = {}  # free_block(): start -> lock descriptors
+
+
+def _lock_dir() -> Path:
+    path = Path(tempfile.gettempdir()) / "raftq-ports"
+    path.mkdir(mode=0o777, exist_ok=True)
+    return path
+
+
+def _release(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)  # closing drops the flock
+    fds.clear()
+
+
+def reserve_ports(size: int) -> tuple[int, list[int]]:
+    """A run of ``size`` ports no other LocalCluster process will use while the
+    returned descriptors stay open (close them to release): (first port, fds)."""
+    chunks = -(-size // CHUNK)
+    lock_dir = _lock_dir()
+    for _ in range(400):
+        first = random.randrange(PORT_LO // CHUNK, PORT_HI // CHUNK - chunks + 1)
+        fds: list[int] = []
+        for c in range(first, first + chunks):
+            fd = os.open(lock_dir / f"{c * CHUNK}.lock", os.O_CREAT | os.O_RDWR, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                break
+            fds.append(fd)
+        if len(fds) == chunks and _block_free(first * CHUNK, size, step=1):
+            return first * CHUNK, fds
+        _release(fds)
+    raise RuntimeError(f"no free block of {size} ports in {PORT_LO}-{PORT_HI}")
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port of a chunk this process reserved (see PORT_LO), checked free."""
+    while True:
+        if not _pool:
+            _release(_pool_fds)
+            start, fds = reserve_ports(CHUNK)
+            _pool_fds.extend(fds)
+            _pool.extend(range(start + CHUNK - 1, start - 1, -1))
+        port = _pool.pop()
+        if _block_free(port, 1, step=1):
+            return port
 
 
-def _block_free(start: int, size: int) -> bool:
-    for port in range(start, start + size, 7):
+def _block_free(start: int, size: int, step: int = 7) -> bool:
+    for port in range(start, start + size, step):
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
@@ -44,12 +105,10 @@ def _block_free(start: int, size: int) -> bool:
 
 
 def free_block(size: int = PORT_BLOCK) -> int:
-    """A run of ports below the ephemeral range, spot-checked free."""
-    for _ in range(200):
-        start = random.randrange(20000, 32000 - size)
-        if _block_free(start, size):
-            return start
-    raise RuntimeError("no free port block found")
+    """A run of ``size`` free ports, reserved for the rest of this process."""
+    start, fds = reserve_ports(size)
+    _held[start] = fds
+    return start
 
 
 def _toml(value: Any) -> str:
@@ -115,7 +174,15 @@ class LocalCluster:
     security: dict[str, Any] = field(default_factory=dict)
     # [api] section (ApiConfig): e.g. reflection = True
     api: dict[str, Any] = field(default_factory=dict)
+    # tls=True: a CA and one certificate per node (and one for the client,
+    # principal "admin") in base_dir/tls, nodes serve gRPC over TLS only and
+    # client() connects over TLS. tls_options: more [tls] keys, e.g.
+    # {"require_client_cert": True} (then client() presents its certificate).
+    tls: bool = False
+    tls_options: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    # [storage] section (StorageConfig): e.g. a free-space watermark in disk tests
+    storage: dict[str, Any] = field(default_factory=dict)
     quiet: bool = True
     port_block: int = PORT_BLOCK  # raft ports per node for partition replicas
     # advertise[i]: the address node i gives clients and peers (e.g. a fault proxy);
@@ -125,11 +192,13 @@ class LocalCluster:
     queue_defaults: dict[str, Any] = field(default_factory=dict)
     # [metrics] section beyond the address each node gets (e.g. enabled = false)
     metrics: dict[str, Any] = field(default_factory=dict)
-    # [health] section (HealthConfig): e.g. min_free_disk_bytes in tests
+    # [health] section (HealthConfig): e.g. a short quorum_timeout_s in tests
     health: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.base_dir = Path(self.base_dir)
+        self._port_fds: list[int] = []  # port reservations, released with this object
+        weakref.finalize(self, _release, self._port_fds)
         self.specs = [self._spec(i) for i in range(self.nodes)]
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -147,8 +216,10 @@ class LocalCluster:
                     self.base_port + 51 + i,
                     self.base_port + 100 * (i + 1),
                 ]
-            else:
-                ports = [free_port(), free_port(), free_block(self.port_block)]
+            else:  # one reserved run: gRPC, metadata Raft, metrics, then the partitions
+                start, fds = reserve_ports(self.port_block + 3)
+                self._port_fds.extend(fds)
+                ports = [start, start + 1, start + 3, start + 2]
         if len(ports) < 4:  # the metrics port (absent from older "ports" files)
             ports.append(self.base_port + 81 + i if self.base_port is not None else free_port())
         g, m, lo, http = ports[:4]
@@ -175,15 +246,52 @@ class LocalCluster:
     def keyring_path(self) -> Path:
         return self.base_dir / "keyring.json"
 
+    @property
+    def token(self) -> str:
+        """The cluster's admin token (base_dir/admin.token, 0600; its SHA-256
+        in base_dir/admin.tokens, the nodes' ``admin_tokens_file``). Made on
+        first use, kept for the directory's life."""
+        from raft_queue.security.tokens import write_admin_token
+
+        return write_admin_token(self.base_dir / "admin.token", self.base_dir / "admin.tokens")
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.base_dir / "tls"
+
+    def client_options(self) -> dict[str, Any]:
+        """The TLS keyword arguments of Client / AsyncClient for this cluster ({} if off)."""
+        if not self.tls:
+            return {}
+        opts: dict[str, Any] = {"tls": True, "ca_file": str(self.tls_dir / "ca.pem")}
+        if self.tls_options.get("require_client_cert"):
+            opts["cert_file"] = str(self.tls_dir / f"{CLIENT_PRINCIPAL}.pem")
+            opts["key_file"] = str(self.tls_dir / f"{CLIENT_PRINCIPAL}.key")
+        return opts
+
+    def _tls_section(self, node_id: str) -> list[str]:
+        if not self.tls:
+            return []
+        d = self.tls_dir
+        keys = {"cert_file": str(d / f"{node_id}.pem"), "key_file": str(d / f"{node_id}.key"),
+                "ca_file": str(d / "ca.pem"), **self.tls_options}  # fmt: skip
+        return ["", "[tls]", *(f"{k} = {_toml(v)}" for k, v in keys.items())]
+
     def write_configs(self) -> None:
         from raft_queue.security.keyring import generate_keyring_file
         from raft_queue.security.secret import generate_secret_file
 
         generate_secret_file(self.secret_path)
         generate_keyring_file(self.keyring_path)  # encryption at rest: one master key
+        self.token  # noqa: B018 (makes admin.token and admin.tokens once)
+        if self.tls:
+            from raft_queue.security.tls import write_dev_tls
+
+            write_dev_tls(self.tls_dir, [s.node_id for s in self.specs], (CLIENT_PRINCIPAL,))
         security = {
             "cluster_secret_file": str(self.secret_path),
             "keyring_file": str(self.keyring_path),
+            "admin_tokens_file": str(self.base_dir / "admin.tokens"),
             **self.security,
         }
         voters = [s for s in self.specs if s.controller]
@@ -218,6 +326,8 @@ class LocalCluster:
                 *(f"{k} = {v!r}" for k, v in self.limits.items()),
                 *(["", "[queue_defaults]"] if self.queue_defaults else []),
                 *(f"{k} = {_toml(v)}" for k, v in self.queue_defaults.items()),
+                *(["", "[storage]"] if self.storage else []),
+                *(f"{k} = {_toml(v)}" for k, v in self.storage.items()),
                 "",
                 "[security]",
                 *(f"{k} = {_toml(v)}" for k, v in security.items()),
@@ -228,6 +338,7 @@ class LocalCluster:
                 *(f"{k} = {_toml(v)}" for k, v in metrics.items()),
                 *(["", "[health]"] if self.health else []),
                 *(f"{k} = {_toml(v)}" for k, v in self.health.items()),
+                *self._tls_section(s.node_id),
             ]
             _private_write(s.config_path, "\n".join(lines) + "\n")
 
@@ -327,16 +438,16 @@ class LocalCluster:
     def client(self, **kwargs: Any) -> Any:
         from raft_queue.client import Client
 
-        return Client(bootstrap=self.bootstrap, **kwargs)
+        return Client(
+            bootstrap=self.bootstrap, **{"token": self.token, **self.client_options(), **kwargs}
+        )
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         """Until every running node is registered and answers ClusterStatus."""
-        from raft_queue.client import Client
-
         deadline = time.monotonic() + timeout_s
         want = {self.specs[i].node_id for i in self.procs}
         last: Exception | None = None
-        with Client(bootstrap=self.bootstrap, timeout_s=3.0, retries=0) as client:
+        with self.client(timeout_s=3.0, retries=0) as client:
             while time.monotonic() < deadline:
                 for i, proc in self.procs.items():
                     if proc.poll() is not None:

@@ -38,6 +38,7 @@ def archive_frame(spark: Any, args: Any) -> Any:
     reader = (
         spark.readStream.format("raftq")
         .option("bootstrap", args.bootstrap)
+        .option("token", job.token())
         .option("queue", args.queue)
         .option("startingOffsets", args.starting_offsets)
         .option("includeHeaders", "true")

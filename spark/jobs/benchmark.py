@@ -67,6 +67,7 @@ def measure(spark: Any, args: Any, queue: str, n: int, quiet: bool = False) -> N
     total = job.stored(args.bootstrap, queue)
     started = time.monotonic()
     df = spark.read.format("raftq").option("bootstrap", args.bootstrap).option("queue", queue)
+    df = df.option("token", job.token())
     df.load().write.format("noop").mode("overwrite").save()
     seconds = time.monotonic() - started
     if not quiet:

@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     df = (
         spark.read.format("raftq")
         .option("bootstrap", args.bootstrap)
+        .option("token", job.token())
         .option("queue", args.source)
         .option("startingOffsets", off.to_json(start))
         .option("endingOffsets", off.to_json(end))

@@ -17,6 +17,17 @@ from typing import Any
 
 from spark.raftq import broker
 
+
+def token() -> str:
+    """The caller's token (--token is not a job flag: $RAFTQ_TOKEN or the
+    profile file, client/credentials.py), resolved here on the driver and
+    handed to the source/sink as an option, since Spark's Python workers
+    need not share the driver's environment."""
+    from raft_queue.client.credentials import resolve_token
+
+    return resolve_token() or ""
+
+
 DEFAULT_BOOTSTRAP = "127.0.0.1:7101"
 
 
@@ -63,6 +74,7 @@ def publish(df: Any, bootstrap: str, queue: str, sink_id: str) -> tuple[int, flo
     (
         df.write.format("raftq")
         .option("bootstrap", bootstrap)
+        .option("token", token())
         .option("queue", queue)
         .option("sinkId", sink_id)
         .mode("append")

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from spark.offsets import Bounds, Layout, OffsetError, Offsets, Range, offset_for_time
-from spark.raftq.options import OptionError
+from spark.raftq.options import OptionError, TlsOptions
 
 # A Spark task is expensive to fail (local mode does not retry tasks at all), and every
 # call it makes is idempotent (reads; sends carry dedup ids): so ride out a leader
@@ -25,15 +25,19 @@ BACKOFF_MAX_S = 2.0
 
 
 @contextmanager
-def connect(bootstrap: str) -> Iterator[Any]:
-    """A ``raft_queue.Client`` for the duration of a ``with`` block."""
+def connect(
+    bootstrap: str, token: str | None = None, tls: TlsOptions | None = None
+) -> Iterator[Any]:
+    """A ``raft_queue.Client`` for the duration of a ``with`` block (over TLS if ``tls``)."""
     from raft_queue.client import Backoff, Client
 
     client = Client(
         bootstrap=bootstrap,
+        token=token,  # None: $RAFTQ_TOKEN or the profile file (client/credentials.py)
         timeout_s=CALL_TIMEOUT_S,
         retries=CALL_RETRIES,
         backoff=Backoff(max_s=BACKOFF_MAX_S),
+        **(tls.client_kwargs() if tls is not None else {}),
     )
     try:
         yield client

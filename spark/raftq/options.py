@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from spark.offsets import EARLIEST, LATEST, OffsetError, OffsetSpec, parse_spec, parse_timestamp
 
@@ -47,6 +47,14 @@ def bootstrap_of(opts: Mapping[str, str]) -> str:
     return given or os.environ.get("RAFTQ_BOOTSTRAP") or DEFAULT_BOOTSTRAP
 
 
+def token_of(opts: Mapping[str, str]) -> str | None:
+    """``token`` option, else $RAFTQ_TOKEN where the options are parsed (the
+    Python worker that plans the read or write; executors then get the
+    options pickled, so they need no environment of their own)."""
+    given = str(opts.get("token") or "").strip()
+    return given or os.environ.get("RAFTQ_TOKEN") or None
+
+
 def flag(opts: Mapping[str, str], name: str, default: bool) -> bool:
     raw = str(opts.get(name.lower(), default)).strip().lower()
     if raw not in ("true", "false"):
@@ -68,6 +76,37 @@ def positive_int(opts: Mapping[str, str], name: str, default: int | None = None)
 
 
 @dataclass(frozen=True, slots=True)
+class TlsOptions:
+    """Options ``tls``, ``caFile``, ``certFile``, ``keyFile`` (else $RAFTQ_TLS,
+    $RAFTQ_CA_FILE, ... on the driver). The files are read where the client is
+    made, on the driver and on every executor: they must exist there at the
+    same path, as Kafka's ``ssl.truststore.location``."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    def client_kwargs(self) -> dict[str, object]:
+        return {"tls": True, "ca_file": self.ca_file, "cert_file": self.cert_file,
+                "key_file": self.key_file}  # fmt: skip
+
+
+def tls_of(opts: Mapping[str, str]) -> TlsOptions | None:
+    """TLS options of a read or write; None for plaintext. A file implies ``tls``."""
+    env = {"tls": "RAFTQ_TLS", "cafile": "RAFTQ_CA_FILE", "certfile": "RAFTQ_CERT_FILE",
+           "keyfile": "RAFTQ_KEY_FILE"}  # fmt: skip
+    given = {k: str(opts.get(k) or os.environ.get(v) or "").strip() for k, v in env.items()}
+    raw = given["tls"].lower()
+    if raw not in ("", "true", "false", "1", "0"):
+        raise OptionError(f"raftq: option tls must be true or false, got {raw!r}")
+    if raw in ("false", "0") or not any(given.values()):
+        return None
+    if bool(given["certfile"]) != bool(given["keyfile"]):
+        raise OptionError("raftq: options certFile and keyFile go together")
+    return TlsOptions(given["cafile"] or None, given["certfile"] or None, given["keyfile"] or None)
+
+
+@dataclass(frozen=True, slots=True)
 class SourceOptions:
     """What a read needs: where, which queues, which offsets, and how to emit rows."""
 
@@ -82,6 +121,8 @@ class SourceOptions:
     min_partitions: int | None
     max_offsets_per_trigger: int | None
     fetch_size: int
+    token: str | None = field(default=None, repr=False)  # never in logs
+    tls: TlsOptions | None = None
 
 
 def source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
@@ -119,6 +160,8 @@ def source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions
         min_partitions=positive_int(opts, "minPartitions"),
         max_offsets_per_trigger=positive_int(opts, "maxOffsetsPerTrigger"),
         fetch_size=min(positive_int(opts, "fetchSize", 5000) or 5000, MAX_FETCH),
+        token=token_of(opts),
+        tls=tls_of(opts),
     )
 
 
@@ -157,6 +200,8 @@ class SinkOptions:
     sink_id: str | None
     batch_id: str | None
     checkpoint: str | None
+    token: str | None = field(default=None, repr=False)  # never in logs
+    tls: TlsOptions | None = None
 
 
 def sink_options(options: Mapping[str, str]) -> SinkOptions:
@@ -176,4 +221,6 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
         sink_id=sink_id,
         batch_id=batch_id,
         checkpoint=opts.get("checkpointlocation"),
+        token=token_of(opts),
+        tls=tls_of(opts),
     )

@@ -10,6 +10,7 @@ for when a class needs attention.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +26,35 @@ FIXED_SEED = 20261122
 
 
 def _run(tmp_path: Path, **overrides: Any) -> campaign.Result:
-    # RAFTQ_CHAOS_OUT keeps histories (and node data of INVALID runs) where pytest's
-    # rotation of its temp directories cannot delete them.
-    out = Path(os.environ.get("RAFTQ_CHAOS_OUT") or tmp_path)
+    # A failed run keeps its output (campaign.log, history.jsonl, report, node logs
+    # and data) under RAFTQ_CHAOS_OUT, default .raftq/chaos-failed in the working
+    # directory, where pytest's rotation of its temp directories cannot delete it;
+    # a valid run's output is removed. The paths are printed either way.
+    out = Path(os.environ.get("RAFTQ_CHAOS_OUT") or ".raftq/chaos-failed")
     config = campaign.CampaignConfig(out=out, **overrides)
-    result = campaign.run(config)
+    before = set(out.glob("seed-*")) if out.exists() else set()
+    try:
+        result = campaign.run(config)
+    except BaseException:
+        _print_kept(set(out.glob("seed-*")) - before)
+        raise
     print(result.render())
+    kept = set(out.glob("seed-*")) - before
+    if result.ok and not os.environ.get("RAFTQ_CHAOS_OUT"):
+        for run_dir in kept:
+            shutil.rmtree(run_dir, ignore_errors=True)
+    else:
+        _print_kept(kept)
     return result
+
+
+def _print_kept(run_dirs: set[Path]) -> None:
+    for run_dir in run_dirs:
+        print(f"campaign output kept in {run_dir.resolve()}")
+        for log in sorted(run_dir.glob("cluster/n*/node.log")):
+            lines = log.read_text(errors="replace").splitlines()
+            print(f"--- {log} (last 30 of {len(lines)} lines) ---")
+            print("\n".join(lines[-30:]))
 
 
 def test_seeded_campaign_over_every_kind_of_fault_is_valid(tmp_path: Path) -> None:

@@ -15,7 +15,6 @@ See docs/reliability.md for what this simulation does and does not cover.
 from __future__ import annotations
 
 import os
-import pickle
 import shutil
 import signal
 import time
@@ -31,6 +30,7 @@ from chaos.checker import check
 from chaos.history import History
 from chaos.workload import Workload, WorkloadConfig, final_reads
 from raft_queue.core import commands
+from raft_queue.replication import entries
 from raft_queue.testing.cluster import LocalCluster
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.integration]
@@ -71,10 +71,9 @@ def journal_payloads(path: Path) -> set[str]:
 
 
 def _entry_payloads(entry: bytes) -> set[str]:
-    try:  # a regular entry: type byte + pickle((func id, (our command bytes,)))
-        cmd = commands.decode(pickle.loads(entry[1:])[1][0])
-    except Exception:
+    if entries.kind(entry) != entries.REGULAR:
         return set()  # no-op, membership or version entries
+    cmd = commands.decode(entries.regular_payload(entry))  # replication/entries.py
     nested = cmd.commands if isinstance(cmd, commands.Batch) else (cmd,)
     return {r.body.decode() for c in nested if isinstance(c, commands.Append) for r in c.records}
 

@@ -87,6 +87,7 @@ def majority_client(cc: ChaosCluster, victim: int) -> Client:
     return Client(
         bootstrap=",".join(a for i, a in enumerate(cc.local.advertise) if i != victim),
         timeout_s=5.0,
+        token=cc.local.token,
     )
 
 

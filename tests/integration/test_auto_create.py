@@ -69,7 +69,8 @@ def test_concurrent_creates_of_one_queue_make_one_queue(cluster: LocalCluster) -
     results: list[object] = []
 
     def send(i: int) -> None:
-        with Client(bootstrap=cluster.specs[i % 3].address, timeout_s=30) as client:
+        address = cluster.specs[i % 3].address
+        with Client(bootstrap=address, timeout_s=30, token=cluster.token) as client:
             try:
                 results.append(client.send("race", b"m%d" % i, create=True))
             except Exception as exc:  # recorded: every send must succeed
@@ -89,7 +90,8 @@ def test_concurrent_creates_of_one_queue_make_one_queue(cluster: LocalCluster) -
 
 def test_raftq_send_create(cluster: LocalCluster) -> None:
     runner = CliRunner()
-    base = ["--server", cluster.bootstrap, "--timeout", "20", "send", "climade", "hello"]
+    base = ["--server", cluster.bootstrap, "--token", cluster.token, "--timeout", "20"]
+    base += ["send", "climade", "hello"]
     missing = runner.invoke(main, base)
     assert missing.exit_code == 1 and "does not exist" in missing.output, missing.output
     made = runner.invoke(main, [*base, "--create", "--json"])

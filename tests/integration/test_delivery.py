@@ -290,16 +290,18 @@ def test_a_repeated_send_request_is_stored_once(client: Client, cluster: LocalCl
     entries = [queue_pb2.SendEntry(body=b"m%d" % i, partition=i % 2) for i in range(6)]
     request = queue_pb2.SendRequest(queue="requests", entries=entries, request_id=os.urandom(16))
     answers = []
+    auth = (("authorization", f"Bearer {cluster.token}"),)
     for spec in cluster.specs[:2]:
         with grpc.insecure_channel(spec.address) as channel:
-            answers.append(queue_pb2_grpc.QueueServiceStub(channel).Send(request, timeout=20))
+            stub = queue_pb2_grpc.QueueServiceStub(channel)
+            answers.append(stub.Send(request, timeout=20, metadata=auth))
     first, again = ([(r.partition, r.offset, r.duplicate) for r in a.results] for a in answers)
     assert [(p, o) for p, o, _ in again] == [(p, o) for p, o, _ in first]
     assert [d for _, _, d in first] == [False] * 6 and [d for _, _, d in again] == [True] * 6
     assert sum(p.latest_offset for p in client.partitions("requests")) == 6
     other = queue_pb2.SendRequest(queue="requests", entries=entries, request_id=b"another")
     with grpc.insecure_channel(cluster.specs[0].address) as channel:
-        third = queue_pb2_grpc.QueueServiceStub(channel).Send(other, timeout=20)
+        third = queue_pb2_grpc.QueueServiceStub(channel).Send(other, timeout=20, metadata=auth)
     assert not any(r.duplicate for r in third.results)
 
 

@@ -27,7 +27,8 @@ def raftq(cluster: LocalCluster):
     runner = CliRunner()
 
     def run(*args: str) -> dict | list | str:
-        result = runner.invoke(main, ["--server", cluster.bootstrap, "--timeout", "20", *args])
+        argv = ["--server", cluster.bootstrap, "--token", cluster.token, "--timeout", "20", *args]
+        result = runner.invoke(main, argv)
         assert result.exit_code == 0, result.output
         return json.loads(result.output) if "--json" in args else result.output
 
@@ -92,7 +93,8 @@ def test_long_delays_round_trip_from_the_command_line(raftq, cluster: LocalClust
     assert raftq("receive", "long", "--wait", "0.5", "--json") == []
     assert raftq("queue", "describe", "long", "--json")["delayed"] == 1
     runner = CliRunner()
-    over = ["--server", cluster.bootstrap, "send", "long", "x", "--delay", "3654d"]
+    over = ["--server", cluster.bootstrap, "--token", cluster.token, "send", "long", "x"]
+    over += ["--delay", "3654d"]
     result = runner.invoke(main, over)
     assert result.exit_code == 1 and "3653 days" in result.output, result.output
     bad = runner.invoke(main, ["--server", cluster.bootstrap, "send", "long", "x", "--delay", "1y"])

@@ -24,7 +24,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 def test_the_asyncio_client_has_the_same_surface(cluster: LocalCluster) -> None:
     async def scenario() -> None:
-        async with AsyncClient(cluster.bootstrap, timeout_s=20.0) as c:
+        async with AsyncClient(cluster.bootstrap, timeout_s=20.0, token=cluster.token) as c:
             await c.create_queue("aio", partitions=2, replication_factor=3)
             sent = await c.send("aio", b"hello", dedup_id="a-1")
             again = await c.send("aio", b"hello", dedup_id="a-1")
@@ -64,7 +64,7 @@ def test_the_consumer_extends_a_slow_handlers_lease_and_acks(cluster: LocalClust
         worker = threading.Thread(target=consumer.run, args=(handle,))
         worker.start()
         time.sleep(1.5)
-        with Client(cluster.bootstrap) as other:
+        with Client(cluster.bootstrap, token=cluster.token) as other:
             assert other.receive("cons", wait_ms=0) == []  # still leased
         worker.join(20)
         assert seen == [1]

@@ -307,11 +307,15 @@ def test_cli_rotate_key_and_rotate_master_keep_every_message_readable(
     runner = CliRunner()
 
     def raftq(*args: str) -> dict:
-        res = runner.invoke(main, ["--server", cluster.bootstrap, "--timeout", "20", *args])
+        argv = ["--server", cluster.bootstrap, "--timeout", "20", "--token", cluster.token]
+        res = runner.invoke(main, [*argv, *args])
         assert res.exit_code == 0, res.output
         return json.loads(res.output)
 
     raftq("queue", "create", "enc-cli", "--replication", "3", "--json")
+    # the key commands go through the auth door like every other call
+    anon = runner.invoke(main, ["--server", cluster.bootstrap, "queue", "rotate-key", "enc-cli"])
+    assert anon.exit_code == 1 and "bearer token" in anon.output, anon.output
     plain = raftq("queue", "create", "enc-cli-off", "--no-encryption", "--json")
     assert plain["config"]["encryption"] is False
     with cluster.client(timeout_s=20.0) as client:

@@ -39,7 +39,7 @@ def test_killing_the_node_that_leads_idle_partitions_fails_them_over(
     cluster.kill(victim)
     killed_at = time.monotonic()
     survivors = ",".join(s.address for i, s in enumerate(cluster.specs) if i != victim)
-    with Client(bootstrap=survivors, timeout_s=3.0) as client:
+    with Client(bootstrap=survivors, timeout_s=3.0, token=cluster.token) as client:
         after: dict[int, str] = {}
         while time.monotonic() - killed_at < 10:
             after = leaders(client, "idle")

@@ -56,7 +56,11 @@ def lead(client: Client, queue: str, leaders: dict[int, str]) -> None:
     wait_until(settled, 30, 0.1)
 
 
-def poll_in_thread(target, request, metadata=()) -> tuple[threading.Thread, dict]:
+def token(cluster: LocalCluster) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {cluster.token}"),)
+
+
+def poll_in_thread(target, request, metadata) -> tuple[threading.Thread, dict]:
     out: dict = {}
 
     def run() -> None:
@@ -107,7 +111,7 @@ def test_a_long_poll_sends_again_a_forwarded_poll_that_ended_early(
     client.create_queue(name, partitions=4, replication_factor=3)
     lead(client, name, {0: "n1", 1: "n2", 2: "n3", 3: "n3"})
     request = queue_pb2.ReceiveRequest(queue=name, max_messages=10, wait_ms=15_000)
-    t, out = poll_in_thread(cluster.specs[0].address, request)
+    t, out = poll_in_thread(cluster.specs[0].address, request, token(cluster))
     time.sleep(0.5)
     lead(client, name, {3: "n2"})
     time.sleep(0.5)
@@ -133,5 +137,6 @@ def test_a_node_that_has_not_heard_from_a_new_leader_still_routes_to_it(
         for spec in cluster.specs:
             with grpc.insecure_channel(spec.address) as channel:
                 stub = queue_pb2_grpc.QueueServiceStub(channel)
-                stub.Send(queue_pb2.SendRequest(queue=name, entries=entries), timeout=20)
+                request = queue_pb2.SendRequest(queue=name, entries=entries)
+                stub.Send(request, timeout=20, metadata=token(cluster))
         assert sum(p.latest_offset for p in client.partitions(name)) == 9

@@ -176,7 +176,7 @@ def test_a_node_cut_off_by_sigstop_says_not_serving_then_recovers(cluster: Local
 
 
 def test_health_says_not_serving_below_the_disk_watermark(tmp_path: Path) -> None:
-    c = LocalCluster(tmp_path / "c", nodes=1, health={"min_free_disk_bytes": 2**62})
+    c = LocalCluster(tmp_path / "c", nodes=1, storage={"min_free_bytes": 2**62})
     c.start()
     try:
         c.wait_ready(60)
@@ -201,7 +201,7 @@ def test_raftq_top_renders_a_frame_from_real_status(cluster: LocalCluster) -> No
     client.send_batch("watched", [b"w"] * 7)
     result = CliRunner().invoke(
         main, ["top", "--once", "--interval", "0.2", "--url", cluster.metrics_urls[1]],
-        env={"COLUMNS": "160"},
+        env={"COLUMNS": "160", "RAFTQ_TOKEN": cluster.token},
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     out = result.output

@@ -65,7 +65,8 @@ def running(
 
 
 def cli(cluster: LocalCluster, *args: str) -> Any:
-    result = CliRunner().invoke(raftq, ["--server", cluster.bootstrap, *args])
+    argv = ["--server", cluster.bootstrap, "--token", cluster.token, *args]
+    result = CliRunner().invoke(raftq, argv)
     return result
 
 

@@ -142,8 +142,10 @@ def test_an_unsigned_forwarded_marker_gets_no_special_treatment(secured: LocalCl
     data = queue_pb2.SendRequest(
         queue="fwd", entries=[queue_pb2.SendEntry(body=b"x", partition=0)]
     ).SerializeToString()
-    # A client's request to a node not leading the partition is forwarded.
-    code, _ = raw_call(elsewhere, send, data)
+    # A client's request (with its token) to a node not leading the partition
+    # is forwarded.
+    token = (("authorization", f"Bearer {secured.token}"),)
+    code, _ = raw_call(elsewhere, send, data, token)
     assert code == C.OK
     # The marker alone ("do not forward: I am a node") is refused ...
     code, _ = raw_call(elsewhere, send, data, (FORWARDED,))

@@ -87,6 +87,11 @@ def test_status_page_shows_nodes_new_queues_and_a_killed_node(tmp_path: Path, br
         client = cluster.client()
         client.create_queue("orders", partitions=2)
         browser.get(cluster.metrics_urls[0] + "/")
+        # Auth is on: the page asks for the admin token first (a login form
+        # that sets a session cookie), then shows the cluster.
+        field = browser.find_element("name", "token")
+        field.send_keys(cluster.token)
+        field.submit()
         ids = ("n1", "n2", "n3")
         wait_until(browser, "three nodes up",
                    lambda: all(node_status(browser, n) == "up" for n in ids), 15)  # fmt: skip

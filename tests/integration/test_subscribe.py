@@ -78,7 +78,7 @@ def test_the_asyncio_client_subscribes_with_the_same_credit_rules(
     from raft_queue.aio import AsyncClient
 
     async def run() -> None:
-        async with AsyncClient(cluster.bootstrap, timeout_s=20.0) as c:
+        async with AsyncClient(cluster.bootstrap, timeout_s=20.0, token=cluster.token) as c:
             await c.create_queue("apush", partitions=2, replication_factor=3)
             sent = {b"a%02d" % i for i in range(12)}
             await c.send_batch("apush", sorted(sent))

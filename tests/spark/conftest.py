@@ -28,7 +28,9 @@ except ImportError:  # the spark extra is not installed: keep only the pure test
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark(cluster: Any) -> Iterator[Any]:
+    """After ``cluster``: the JVM and its Python workers start with RAFTQ_TOKEN
+    in their environment, as after a user's `export RAFTQ_TOKEN`."""
     from pyspark.sql import SparkSession
 
     from spark.raftq import RaftQueueDataSource
@@ -60,6 +62,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from raft_queue.testing.cluster import LocalCluster
 
     c = LocalCluster(tmp_path_factory.mktemp("raftq") / "cluster", nodes=3)
+    # As a user would `export RAFTQ_TOKEN`: the jobs (subprocesses) and readers
+    # without a token option find it there (tests/spark/queues.py passes it as one).
+    os.environ["RAFTQ_TOKEN"] = c.token
     c.start()
     try:
         c.wait_ready(60)

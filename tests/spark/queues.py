@@ -23,6 +23,7 @@ def read_queue(client: Any, queue: str) -> list[Any]:
 def raftq(spark: Any, cluster: Any, **options: Any) -> Any:
     """A batch reader of the raftq format pointed at the test cluster."""
     reader = spark.read.format("raftq").option("bootstrap", cluster.bootstrap)
+    reader = reader.option("token", cluster.token)
     for k, v in options.items():
         reader = reader.option(k, v)
     return reader

@@ -56,3 +56,35 @@ def test_sink_options_check_ids_and_accept_topic() -> None:
         sink_options({"queue": "out", "sinkId": "has:colon"})
     with pytest.raises(OptionError, match="only one of queue, topic"):
         sink_options({"queue": "a", "topic": "b"})
+
+
+def test_token_option_wins_over_the_driver_environment_and_stays_out_of_repr(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RAFTQ_TOKEN", "rqt_from_env")
+    given = source_options({"queue": "q", "token": "rqt_given"}, streaming=False)
+    assert given.token == "rqt_given"
+    assert "rqt_given" not in repr(given)
+    assert source_options({"queue": "q"}, streaming=True).token == "rqt_from_env"
+    assert sink_options({"queue": "q"}).token == "rqt_from_env"
+    monkeypatch.delenv("RAFTQ_TOKEN")
+    assert sink_options({"queue": "q"}).token is None
+
+
+def test_tls_options_and_their_environment_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("RAFTQ_TLS", "RAFTQ_CA_FILE", "RAFTQ_CERT_FILE", "RAFTQ_KEY_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    assert source_options({"queue": "q"}, streaming=False).tls is None
+    tls = source_options({"queue": "q", "tls": "true", "caFile": "/ca.pem"}, False).tls
+    assert tls is not None and tls.client_kwargs() == {
+        "tls": True, "ca_file": "/ca.pem", "cert_file": None, "key_file": None
+    }  # fmt: skip
+    assert sink_options({"caFile": "/ca.pem"}).tls is not None  # a file implies tls
+    monkeypatch.setenv("RAFTQ_CA_FILE", "/env-ca.pem")
+    from_env = sink_options({})
+    assert from_env.tls is not None and from_env.tls.ca_file == "/env-ca.pem"
+    assert sink_options({"tls": "false"}).tls is None
+    with pytest.raises(OptionError, match="tls must be true or false"):
+        source_options({"queue": "q", "tls": "maybe"}, streaming=False)
+    with pytest.raises(OptionError, match="certFile and keyFile go together"):
+        sink_options({"certFile": "/c.pem"})

@@ -52,7 +52,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 @pytest.fixture(scope="module")
 def target(cluster: LocalCluster) -> Iterator[wl.Target]:
     with cluster.client(timeout_s=30) as client:
-        yield wl.Target(client, cluster.bootstrap, [cluster.pid(i) for i in range(3)], "-t")
+        pids = [cluster.pid(i) for i in range(3)]
+        yield wl.Target(client, cluster.bootstrap, pids, "-t", cluster.token)
 
 
 @integration
@@ -108,13 +109,15 @@ def test_idle_cpu_is_per_node_and_the_queues_are_removed(target: wl.Target) -> N
 
 @integration
 def test_idle_is_skipped_without_node_pids(target: wl.Target) -> None:
-    remote = wl.Target(target.client, target.bootstrap, [], "-r")
+    remote = wl.Target(target.client, target.bootstrap, [], "-r", target.token)
     assert "skipped" in wl.idle(remote, TINY).info
 
 
 @integration
 def test_peer_adapter_round_trips_a_chunked_batch(cluster: LocalCluster) -> None:
-    adapter = RaftQueueAdapter("pb_test", max_inflight=256, target=cluster.bootstrap)
+    adapter = RaftQueueAdapter(
+        "pb_test", max_inflight=256, target=cluster.bootstrap, token=cluster.token
+    )
     adapter.connect()
     try:
         adapter.reset()
@@ -134,7 +137,7 @@ def test_peer_adapter_round_trips_a_chunked_batch(cluster: LocalCluster) -> None
 def test_cli_bench_on_an_existing_cluster_prints_json(cluster: LocalCluster) -> None:
     argv = ["bench", "--server", cluster.bootstrap, "--workloads", "W1,idle", "--runs", "1"]
     argv += ["--scale", "0.05", "--quiet-wait", "0", "--json"]
-    result = CliRunner().invoke(main, argv, prog_name="raftq")
+    result = CliRunner().invoke(main, argv, prog_name="raftq", env={"RAFTQ_TOKEN": cluster.token})
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert [r["workload"] for r in doc["runs"]] == ["W1", "idle"]

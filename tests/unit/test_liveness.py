@@ -84,3 +84,22 @@ def test_a_new_leader_does_not_revive_a_dead_node_nor_suspect_the_others() -> No
     asyncio.run(live.check())
     assert node.submitted == []
     assert node.view.nodes()["n2"].state == "dead"
+
+
+def test_heartbeats_reporting_a_failed_replica_do_not_count() -> None:
+    """A node whose replica stopped on a storage error (fail-stop) keeps
+    heartbeating with the reason: it goes suspect, then dead, so the repair
+    moves its replicas; a clean heartbeat (after a restart) brings it back."""
+    node, now = FakeNode(), [100.0]
+    live = Liveness(node, TUNING, clock=lambda: now[0])
+    run = asyncio.run
+    run(live.check())
+    for _ in range(31):
+        now[0] += 1.0
+        live.beat("n2", "replica q.1.0 failed: journal sync failed: EIO")
+        run(live.check())
+    assert node.view.nodes()["n2"].state == "dead"
+    assert "journal sync failed" in live.failed["n2"]
+    live.beat("n2")
+    run(live.check())
+    assert node.view.nodes()["n2"].state == "alive" and "n2" not in live.failed

@@ -78,12 +78,11 @@ def test_probes_stay_open_unless_configured_closed() -> None:
 
 
 def test_ready_needs_quorum_disk_and_not_stopping() -> None:
-    cfg = HealthConfig(min_free_disk_bytes=100)
-    assert judge(True, 100, False, cfg).ready
-    assert not judge(False, 100, False, cfg).ready
-    assert not judge(True, 99, False, cfg).ready
-    assert not judge(True, 100, True, cfg).ready
-    assert judge(True, 0, False, cfg).admin_ready  # admin calls do not need disk
+    assert judge(True, "", False, 100).ready
+    assert not judge(False, "", False, 100).ready
+    assert not judge(True, "below [storage] min_free_bytes", False, 99).ready
+    assert not judge(True, "", True, 100).ready
+    assert judge(True, "low", False, 0).admin_ready  # admin calls do not need disk
 
 
 class FakeReplica:
@@ -119,8 +118,8 @@ def test_monitor_flips_grpc_health_with_quorum_and_disk() -> None:
         health_pb2.HealthCheckResponse.NOT_SERVING,
     )
     node, servicer, free = FakeNode(), FakeServicer(), [10**12]
-    mon = HealthMonitor(node, HealthConfig(min_free_disk_bytes=1000), servicer, ("Q", "A"),
-                        free=lambda path: free[0])  # fmt: skip
+    mon = HealthMonitor(node, HealthConfig(), servicer, ("Q", "A"), free=lambda path: free[0],
+                        disk_low=lambda: "" if free[0] >= 1000 else "low")  # fmt: skip
 
     def step() -> dict[str, int]:
         mon.check()
@@ -183,8 +182,8 @@ def test_config_rejects_bad_monitoring_settings() -> None:
 
     with pytest.raises(ConfigError, match="metrics.address"):
         MetricsConfig(address="no-port")
-    with pytest.raises(ConfigError, match="health.min_free_disk_bytes"):
-        HealthConfig(min_free_disk_bytes=-1)
+    with pytest.raises(ConfigError, match="health.check_period_s"):
+        HealthConfig(check_period_s=-1)
     with pytest.raises(ConfigError, match="log_format"):
         NodeConfig(node_id="n1", data_dir="/tmp/x", log_format="xml")
     assert NodeConfig(node_id="n1", data_dir="/tmp/x").metrics.address == ""  # off by default

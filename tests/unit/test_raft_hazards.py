@@ -10,6 +10,7 @@ timing); only hazard 5 needs real clocks and uses lower bounds.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -92,7 +93,7 @@ def leader_node(obj: Any) -> Any:
 
 
 def entry(idx: int, term: int = 1) -> tuple[bytes, int, int]:
-    return (b"\x00cmd%d" % idx, idx, term)
+    return (b"\x00\xa2cmd%d" % idx, idx, term)  # a regular entry (entries.py)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -266,44 +267,36 @@ def test_hazard4_snapshot_install_resolves_skipped_waiters(impl: str, tmp_path: 
     assert outcomes == [FAIL_REASON.UNKNOWN_OUTCOME], "a waiter was lost"
 
 
-def pysyncobj_chunks(prev_idx: int, entry: Any, chunk: int = 1 << 16) -> list[dict[str, Any]]:
-    """The "transmission" messages pysyncobj 0.3.17's leader sends for one
-    large entry, labelled as it labels them (``finish`` by the command's
-    length, not the pickle's)."""
-    data = raft_pickle.dumps(entry)
-    out = []
-    for pos in range(0, len(data), chunk):
-        if pos == 0:
-            kind = "start"
-        elif pos + chunk >= len(entry[0]):
-            kind = "finish"
-        else:
-            kind = "process"
-        out.append(
-            {
-                "type": "append_entries",
-                "transmission": kind,
-                "data": data[pos : pos + chunk],
-                "term": 1,
-                "commit_index": 0,
-                "prevLogIdx": prev_idx,
-                "prevLogTerm": 0 if prev_idx == 1 else 1,
-            }
-        )
-    return out
+class _Touch:
+    """Unpickling this creates ``path`` (what a hostile peer would run)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> Any:
+        return (open, (self.path, "w"))
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-def test_mislabelled_chunks_of_a_large_entry_are_reassembled(impl: str) -> None:
-    # A command ending just under a chunk boundary: start, process, finish, finish.
-    command = b"\x00" + b"x" * (3 * (1 << 16) - 40)
-    messages = pysyncobj_chunks(1, (command, 2, 1))
-    assert [m["transmission"] for m in messages][-2:] == ["finish", "finish"]
+def test_hazard6_chunked_entries_are_never_unpickled(impl: str, tmp_path: Any) -> None:
+    # pysyncobj reassembled "transmission" chunks with pickle.loads: a peer
+    # could make a follower run code. SafeSyncObj has no chunked path at all
+    # (and the wire has no encoding for it, test_raft_codec.py).
+    target = tmp_path / "pwned"
+    data = raft_pickle.dumps(_Touch(str(target)))
     obj = make_obj(impl, [addr()])
-    rec = wire(obj)
+    wire(obj)
     leader = leader_node(obj)
-    for message in messages:
-        feed(obj, leader, message)
-    assert obj._SyncObj__raftLog[-1] == (command, 2, 1)
-    acks = [m for m in rec.sent if m["type"] == "next_node_idx" and m["success"]]
-    assert acks and acks[-1]["next_node_idx"] == 3
+    for kind in ("start", "finish"):
+        message = {
+            "type": "append_entries",
+            "transmission": kind,
+            "data": data if kind == "start" else b"",
+            "term": 1,
+            "commit_index": 0,
+            "prevLogIdx": 1,
+            "prevLogTerm": 0,
+        }
+        with contextlib.suppress(Exception):
+            feed(obj, leader, message)
+    assert not target.exists(), "a chunk was unpickled"

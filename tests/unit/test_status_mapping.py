@@ -34,8 +34,12 @@ EXPECTED_CODES = {
     errors.OutOfRange: C.OUT_OF_RANGE,
     errors.Unauthenticated: C.UNAUTHENTICATED,
     errors.ResourceExhausted: C.RESOURCE_EXHAUSTED,
+    errors.OverQuota: C.RESOURCE_EXHAUSTED,
     errors.Internal: C.INTERNAL,
+    errors.OldEntryFormat: C.INTERNAL,
     errors.VersionMismatch: C.FAILED_PRECONDITION,
+    errors.Unauthenticated: C.UNAUTHENTICATED,
+    errors.PermissionDenied: C.PERMISSION_DENIED,
 }
 
 
@@ -54,6 +58,8 @@ def sample(cls: type[errors.QueueError]) -> errors.QueueError:
         return cls("visibility_ms", "must be <= 43200000")
     if issubclass(cls, errors.NotLeader):
         return cls("partition orders/3 is led elsewhere", leader="10.0.0.7:7101")
+    if issubclass(cls, errors.OverQuota):
+        return cls("over quota for principal 'a' on queue 'q'", retry_after_ms=250)
     return cls(f"something {cls.__name__} happened")
 
 
@@ -83,6 +89,7 @@ def assert_same_error(got: errors.QueueError, sent: errors.QueueError) -> None:
         assert got.message == sent.message
     assert getattr(got, "field", None) == getattr(sent, "field", None)
     assert getattr(got, "leader", None) == getattr(sent, "leader", None)
+    assert getattr(got, "retry_after_ms", None) == getattr(sent, "retry_after_ms", None)
 
 
 # ---- server side -------------------------------------------------------------
@@ -182,7 +189,8 @@ def test_to_status_then_from_rpc_error_round_trips(cls):
         (C.INTERNAL, "bug", errors.Internal),
         (C.UNKNOWN, "exception in handler", errors.Internal),
         (C.UNIMPLEMENTED, "no such method", errors.Internal),
-        (C.PERMISSION_DENIED, "no grant", errors.FailedPrecondition),
+        (C.PERMISSION_DENIED, "no grant", errors.PermissionDenied),
+        (C.UNAUTHENTICATED, "no token", errors.Unauthenticated),
     ],
 )
 def test_status_without_trailer_falls_back_on_the_code(code, details, expected):

@@ -1,3 +1,4 @@
-"""The gRPC door's guards: interceptors and the like that decide, before any
-handler runs, whether a call may be served (node identity; tokens and
-grants live beside it)."""
+"""The gRPC door: what every call passes before its servicer runs. Node
+identity (node_identity.py) guards NodeService and the forwarded marker;
+tokens and grants (auth.py) guard QueueService and AdminService (with the
+audit log); metrics.py counts and times every call."""

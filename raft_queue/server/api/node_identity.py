@@ -39,7 +39,12 @@ from google.protobuf.message_factory import GetMessageClass
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import node_pb2, queue_pb2
-from raft_queue.security.node_identity import NodeAuthError, NodeSigner, NodeVerifier
+from raft_queue.security.node_identity import (
+    VERIFIED_NODE,
+    NodeAuthError,
+    NodeSigner,
+    NodeVerifier,
+)
 from raft_queue.server.status import abort_with
 
 log = logging.getLogger(__name__)
@@ -49,7 +54,7 @@ NODE_SERVICE = "/" + node_pb2.DESCRIPTOR.services_by_name["NodeService"].full_na
 QUEUE_SERVICE = "/" + queue_pb2.DESCRIPTOR.services_by_name["QueueService"].full_name + "/"
 
 # Requests whose field must equal the signing node's id.
-IDENTITY_FIELDS = {NODE_SERVICE + "Heartbeat": "node"}
+IDENTITY_FIELDS = {NODE_SERVICE + "Heartbeat": "node", NODE_SERVICE + "FlushUsage": "node"}
 
 Clock = Callable[[], float]
 
@@ -110,6 +115,7 @@ def _checked(
             request = deserialize(raw) if deserialize is not None else raw
             if identity_field and getattr(request, identity_field) != node_id:
                 raise NodeAuthError(f"node {node_id!r} signed a call naming another node")
+            VERIFIED_NODE.set(node_id)
         except NodeAuthError as exc:
             log.warning("refused %s from %s: %s", method, context.peer(), exc.reason)
             await abort_with(context, errors.Unauthenticated(exc.reason))

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class NodeInfo(_message.Message):
-    __slots__ = ("id", "address", "state", "controller", "metadata_leader", "rack", "last_heartbeat_age_ms")
+    __slots__ = ("id", "address", "state", "controller", "metadata_leader", "rack", "last_heartbeat_age_ms", "disk_low", "failure")
     ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -15,6 +15,8 @@ class NodeInfo(_message.Message):
     METADATA_LEADER_FIELD_NUMBER: _ClassVar[int]
     RACK_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    DISK_LOW_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
     id: str
     address: str
     state: str
@@ -22,10 +24,12 @@ class NodeInfo(_message.Message):
     metadata_leader: bool
     rack: str
     last_heartbeat_age_ms: int
-    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[str] = ..., controller: _Optional[bool] = ..., metadata_leader: _Optional[bool] = ..., rack: _Optional[str] = ..., last_heartbeat_age_ms: _Optional[int] = ...) -> None: ...
+    disk_low: str
+    failure: str
+    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[str] = ..., controller: _Optional[bool] = ..., metadata_leader: _Optional[bool] = ..., rack: _Optional[str] = ..., last_heartbeat_age_ms: _Optional[int] = ..., disk_low: _Optional[str] = ..., failure: _Optional[str] = ...) -> None: ...
 
 class ReplicaStatus(_message.Message):
-    __slots__ = ("queue", "partition", "node", "role", "leader", "term", "commit_index", "last_applied", "log_len", "next_offset", "digest", "has_quorum", "earliest_offset", "messages", "in_flight", "epoch", "delayed", "dead", "bytes", "oldest_timestamp_ms")
+    __slots__ = ("queue", "partition", "node", "role", "leader", "term", "commit_index", "last_applied", "log_len", "next_offset", "digest", "has_quorum", "earliest_offset", "messages", "in_flight", "epoch", "delayed", "dead", "bytes", "oldest_timestamp_ms", "failure", "snapshot_failures")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +50,8 @@ class ReplicaStatus(_message.Message):
     DEAD_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
     OLDEST_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FAILURES_FIELD_NUMBER: _ClassVar[int]
     queue: str
     partition: int
     node: str
@@ -66,7 +72,9 @@ class ReplicaStatus(_message.Message):
     dead: int
     bytes: int
     oldest_timestamp_ms: int
-    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., node: _Optional[str] = ..., role: _Optional[str] = ..., leader: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., last_applied: _Optional[int] = ..., log_len: _Optional[int] = ..., next_offset: _Optional[int] = ..., digest: _Optional[str] = ..., has_quorum: _Optional[bool] = ..., earliest_offset: _Optional[int] = ..., messages: _Optional[int] = ..., in_flight: _Optional[int] = ..., epoch: _Optional[int] = ..., delayed: _Optional[int] = ..., dead: _Optional[int] = ..., bytes: _Optional[int] = ..., oldest_timestamp_ms: _Optional[int] = ...) -> None: ...
+    failure: str
+    snapshot_failures: int
+    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., node: _Optional[str] = ..., role: _Optional[str] = ..., leader: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., last_applied: _Optional[int] = ..., log_len: _Optional[int] = ..., next_offset: _Optional[int] = ..., digest: _Optional[str] = ..., has_quorum: _Optional[bool] = ..., earliest_offset: _Optional[int] = ..., messages: _Optional[int] = ..., in_flight: _Optional[int] = ..., epoch: _Optional[int] = ..., delayed: _Optional[int] = ..., dead: _Optional[int] = ..., bytes: _Optional[int] = ..., oldest_timestamp_ms: _Optional[int] = ..., failure: _Optional[str] = ..., snapshot_failures: _Optional[int] = ...) -> None: ...
 
 class ClusterStatusRequest(_message.Message):
     __slots__ = ("include_digests",)
@@ -131,7 +139,7 @@ class QueueCounters(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., sent: _Optional[int] = ..., received: _Optional[int] = ..., acked: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("node", "address", "raft_host", "rack", "metadata_version", "raft_port_min", "raft_port_max", "controller", "metadata_raft_port")
+    __slots__ = ("node", "address", "raft_host", "rack", "metadata_version", "raft_port_min", "raft_port_max", "controller", "metadata_raft_port", "disk_low", "failure")
     NODE_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     RAFT_HOST_FIELD_NUMBER: _ClassVar[int]
@@ -141,6 +149,8 @@ class HeartbeatRequest(_message.Message):
     RAFT_PORT_MAX_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_FIELD_NUMBER: _ClassVar[int]
     METADATA_RAFT_PORT_FIELD_NUMBER: _ClassVar[int]
+    DISK_LOW_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
     node: str
     address: str
     raft_host: str
@@ -150,13 +160,24 @@ class HeartbeatRequest(_message.Message):
     raft_port_max: int
     controller: bool
     metadata_raft_port: int
-    def __init__(self, node: _Optional[str] = ..., address: _Optional[str] = ..., raft_host: _Optional[str] = ..., rack: _Optional[str] = ..., metadata_version: _Optional[int] = ..., raft_port_min: _Optional[int] = ..., raft_port_max: _Optional[int] = ..., controller: _Optional[bool] = ..., metadata_raft_port: _Optional[int] = ...) -> None: ...
+    disk_low: str
+    failure: str
+    def __init__(self, node: _Optional[str] = ..., address: _Optional[str] = ..., raft_host: _Optional[str] = ..., rack: _Optional[str] = ..., metadata_version: _Optional[int] = ..., raft_port_min: _Optional[int] = ..., raft_port_max: _Optional[int] = ..., controller: _Optional[bool] = ..., metadata_raft_port: _Optional[int] = ..., disk_low: _Optional[str] = ..., failure: _Optional[str] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("metadata_version",)
+    __slots__ = ("metadata_version", "disk_low")
+    class DiskLowEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     METADATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DISK_LOW_FIELD_NUMBER: _ClassVar[int]
     metadata_version: int
-    def __init__(self, metadata_version: _Optional[int] = ...) -> None: ...
+    disk_low: _containers.ScalarMap[str, str]
+    def __init__(self, metadata_version: _Optional[int] = ..., disk_low: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class MoveInfo(_message.Message):
     __slots__ = ("queue", "partition", "from_node", "to_node", "to_port", "phase", "started_ms", "match_index", "leader_index", "throttle_bytes_per_s", "bytes_sent", "snapshot_bytes")
@@ -361,6 +382,162 @@ class GetMetadataResponse(_message.Message):
     image: bytes
     leader_address: str
     def __init__(self, version: _Optional[int] = ..., image: _Optional[bytes] = ..., leader_address: _Optional[str] = ...) -> None: ...
+
+class GrantInfo(_message.Message):
+    __slots__ = ("pattern", "operations")
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    OPERATIONS_FIELD_NUMBER: _ClassVar[int]
+    pattern: str
+    operations: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, pattern: _Optional[str] = ..., operations: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PrincipalInfo(_message.Message):
+    __slots__ = ("name", "grants", "created_ms", "rotated_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    GRANTS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    ROTATED_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    grants: _containers.RepeatedCompositeFieldContainer[GrantInfo]
+    created_ms: int
+    rotated_ms: int
+    def __init__(self, name: _Optional[str] = ..., grants: _Optional[_Iterable[_Union[GrantInfo, _Mapping]]] = ..., created_ms: _Optional[int] = ..., rotated_ms: _Optional[int] = ...) -> None: ...
+
+class CreatePrincipalRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class RotatePrincipalRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class PrincipalTokenResponse(_message.Message):
+    __slots__ = ("principal", "token")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    principal: PrincipalInfo
+    token: str
+    def __init__(self, principal: _Optional[_Union[PrincipalInfo, _Mapping]] = ..., token: _Optional[str] = ...) -> None: ...
+
+class DeletePrincipalRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeletePrincipalResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListPrincipalsRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListPrincipalsResponse(_message.Message):
+    __slots__ = ("principals",)
+    PRINCIPALS_FIELD_NUMBER: _ClassVar[int]
+    principals: _containers.RepeatedCompositeFieldContainer[PrincipalInfo]
+    def __init__(self, principals: _Optional[_Iterable[_Union[PrincipalInfo, _Mapping]]] = ...) -> None: ...
+
+class GrantRequest(_message.Message):
+    __slots__ = ("principal", "pattern", "operations")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    OPERATIONS_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    pattern: str
+    operations: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, principal: _Optional[str] = ..., pattern: _Optional[str] = ..., operations: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class QuotaInfo(_message.Message):
+    __slots__ = ("principal", "queue", "messages_per_s", "bytes_per_s", "burst_s")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    BURST_S_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    queue: str
+    messages_per_s: int
+    bytes_per_s: int
+    burst_s: float
+    def __init__(self, principal: _Optional[str] = ..., queue: _Optional[str] = ..., messages_per_s: _Optional[int] = ..., bytes_per_s: _Optional[int] = ..., burst_s: _Optional[float] = ...) -> None: ...
+
+class ListQuotasRequest(_message.Message):
+    __slots__ = ("principal",)
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    def __init__(self, principal: _Optional[str] = ...) -> None: ...
+
+class ListQuotasResponse(_message.Message):
+    __slots__ = ("quotas",)
+    QUOTAS_FIELD_NUMBER: _ClassVar[int]
+    quotas: _containers.RepeatedCompositeFieldContainer[QuotaInfo]
+    def __init__(self, quotas: _Optional[_Iterable[_Union[QuotaInfo, _Mapping]]] = ...) -> None: ...
+
+class RemoveQuotaRequest(_message.Message):
+    __slots__ = ("principal", "queue")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    queue: str
+    def __init__(self, principal: _Optional[str] = ..., queue: _Optional[str] = ...) -> None: ...
+
+class UsageRow(_message.Message):
+    __slots__ = ("principal", "queue", "hour_ms", "operation", "requests", "messages", "bytes")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    HOUR_MS_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    queue: str
+    hour_ms: int
+    operation: str
+    requests: int
+    messages: int
+    bytes: int
+    def __init__(self, principal: _Optional[str] = ..., queue: _Optional[str] = ..., hour_ms: _Optional[int] = ..., operation: _Optional[str] = ..., requests: _Optional[int] = ..., messages: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class GetUsageRequest(_message.Message):
+    __slots__ = ("principal", "queue", "since_ms")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    queue: str
+    since_ms: int
+    def __init__(self, principal: _Optional[str] = ..., queue: _Optional[str] = ..., since_ms: _Optional[int] = ...) -> None: ...
+
+class GetUsageResponse(_message.Message):
+    __slots__ = ("rows",)
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    rows: _containers.RepeatedCompositeFieldContainer[UsageRow]
+    def __init__(self, rows: _Optional[_Iterable[_Union[UsageRow, _Mapping]]] = ...) -> None: ...
+
+class FlushUsageRequest(_message.Message):
+    __slots__ = ("node", "seq", "rows")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    seq: int
+    rows: _containers.RepeatedCompositeFieldContainer[UsageRow]
+    def __init__(self, node: _Optional[str] = ..., seq: _Optional[int] = ..., rows: _Optional[_Iterable[_Union[UsageRow, _Mapping]]] = ...) -> None: ...
+
+class FlushUsageResponse(_message.Message):
+    __slots__ = ("applied_seq",)
+    APPLIED_SEQ_FIELD_NUMBER: _ClassVar[int]
+    applied_seq: int
+    def __init__(self, applied_seq: _Optional[int] = ...) -> None: ...
 
 class RotateQueueKeyRequest(_message.Message):
     __slots__ = ("queue",)

@@ -54,6 +54,11 @@ class NodeServiceStub:
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataRequest.SerializeToString,
                 response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataResponse.FromString,
                 _registered_method=True)
+        self.FlushUsage = channel.unary_unary(
+                '/raft_queue.v1.NodeService/FlushUsage',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.FlushUsageRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.FlushUsageResponse.FromString,
+                _registered_method=True)
 
 
 class NodeServiceServicer:
@@ -89,6 +94,13 @@ class NodeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FlushUsage(self, request, context):
+        """To the metadata leader: a batch of this node's usage counters.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +123,11 @@ def add_NodeServiceServicer_to_server(servicer, server):
                     servicer.GetMetadata,
                     request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataRequest.FromString,
                     response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataResponse.SerializeToString,
+            ),
+            'FlushUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.FlushUsage,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.FlushUsageRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.FlushUsageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -221,6 +238,33 @@ class NodeService:
             '/raft_queue.v1.NodeService/GetMetadata',
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataRequest.SerializeToString,
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetMetadataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FlushUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.NodeService/FlushUsage',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.FlushUsageRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.FlushUsageResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,74 @@
+"""A replica's files on disk: allocated before use, read from the disk after a failure.
+
+``PreallocatedFile`` is pysyncobj's journal file (an mmap grown by ftruncate)
+with every byte allocated before the mapping covers it, so a full disk is an
+OSError(ENOSPC) instead of SIGBUS. ``drop_page_cache`` evicts the cached pages
+of a replica's files before it opens them (fsyncgate: after a failed fsync the
+page cache may hold data the disk never got).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from pysyncobj.journal import ResizableFile
+
+
+def drop_page_cache(path: str) -> None:
+    """Drop the clean cached pages of every file under ``path`` (before a
+    replica opens them): after a failed fsync, Linux marks the pages it could
+    not write clean and keeps them, so reads would serve data the disk never
+    got ("fsyncgate"); once dropped, reads come from the disk. Pages mapped
+    or still dirty stay (nothing of this replica is open yet)."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None or not os.path.isdir(path):
+        return
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
+
+def reserve(fd: int, offset: int, length: int) -> None:
+    """Allocate disk blocks for ``[offset, offset + length)`` of ``fd`` now
+    (posix_fallocate): a full disk raises OSError(ENOSPC) here, cleanly,
+    instead of SIGBUS later when a write through the mapping finds no block
+    for a hole. A file system that cannot preallocate is left sparse."""
+    if length <= 0:
+        return
+    try:
+        os.posix_fallocate(fd, offset, length)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            return
+        raise
+
+
+class PreallocatedFile(ResizableFile):
+    """pysyncobj's journal file (an mmap grown by ftruncate, so sparse) with
+    every byte of it allocated before the mapping covers it (``reserve``)."""
+
+    def __init__(self, path: str, default: bytes | None = None) -> None:
+        super().__init__(path, defaultContent=default)
+        reserve(self._ResizableFile__f.fileno(), 0, self._ResizableFile__mm.size())
+
+    def write(self, offset: int, values: bytes) -> None:
+        # Grow the mapping (ftruncate: a hole), then allocate the hole before
+        # anything is written through the mapping into it.
+        mm = self._ResizableFile__mm
+        end = offset + len(values)
+        while end > mm.size():
+            size = mm.size()
+            new = max(int(size * self._ResizableFile__resizeFactor), end)
+            mm.resize(new)
+            reserve(self._ResizableFile__f.fileno(), size, new - size)
+        super().write(offset, values)

@@ -1,0 +1,76 @@
+"""AdminService's principal and grant calls (behind ``raftq principal`` and
+``raftq grant``), on the metadata leader; another node answers NotLeader with
+the leader's address, which the SDK follows.
+
+The token is made here, on the leader, from the OS's random source, and
+leaves the cluster once, in the response; the metadata log and every view
+hold only its SHA-256 (security/tokens.py).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from raft_queue import errors
+from raft_queue._proto.raft_queue.v1 import admin_pb2
+from raft_queue.core import metadata as meta
+from raft_queue.core.metadata_principals import check_principal_name
+from raft_queue.security.tokens import new_token, token_hash
+
+
+def principal_pb(p: meta.Principal) -> Any:
+    return admin_pb2.PrincipalInfo(
+        name=p.name,
+        grants=[admin_pb2.GrantInfo(pattern=g.pattern, operations=g.operations) for g in p.grants],
+        created_ms=p.created_ms,
+        rotated_ms=p.rotated_ms,
+    )
+
+
+class Principals:
+    def __init__(self, node: Any) -> None:
+        self.node = node
+
+    def _require_leader(self) -> None:
+        md = self.node.metadata
+        if md is None or not md.is_leader():
+            raise errors.NotLeader("not the metadata leader", self.node.metadata_leader_address())
+
+    async def create(self, req: Any) -> Any:
+        self._require_leader()
+        check_principal_name(req.name)
+        token = new_token()
+        cmd = meta.CreatePrincipal(req.name, token_hash(token), int(time.time() * 1000))
+        principal = await self.node.submit_metadata(cmd)
+        return admin_pb2.PrincipalTokenResponse(principal=principal_pb(principal), token=token)
+
+    async def rotate(self, req: Any) -> Any:
+        self._require_leader()
+        token = new_token()
+        cmd = meta.RotatePrincipal(req.name, token_hash(token), int(time.time() * 1000))
+        principal = await self.node.submit_metadata(cmd)
+        return admin_pb2.PrincipalTokenResponse(principal=principal_pb(principal), token=token)
+
+    async def delete(self, req: Any) -> Any:
+        self._require_leader()
+        await self.node.submit_metadata(meta.DeletePrincipal(req.name))
+        return admin_pb2.DeletePrincipalResponse()
+
+    def list(self, req: Any) -> Any:
+        found = self.node.view.principals()
+        if req.name:
+            found = [p for p in found if p.name == req.name]
+            if not found:
+                raise errors.NotFound(f"principal {req.name!r} does not exist")
+        return admin_pb2.ListPrincipalsResponse(principals=[principal_pb(p) for p in found])
+
+    async def add_grant(self, req: Any) -> Any:
+        self._require_leader()
+        cmd = meta.GrantAccess(req.principal, req.pattern, tuple(req.operations))
+        return principal_pb(await self.node.submit_metadata(cmd))
+
+    async def remove_grant(self, req: Any) -> Any:
+        self._require_leader()
+        cmd = meta.RevokeAccess(req.principal, req.pattern, tuple(req.operations))
+        return principal_pb(await self.node.submit_metadata(cmd))

@@ -1,0 +1,281 @@
+"""TLS on real node processes: SDK, asyncio SDK, CLI and forwarding over TLS;
+plaintext, wrong-CA and (with require_client_cert) certificate-less clients refused;
+``raftq dev up --tls`` end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from raft_queue._proto.raft_queue.v1 import queue_pb2, queue_pb2_grpc
+from raft_queue.client import Client
+from raft_queue.client.aio import AsyncClient
+from raft_queue.errors import QueueError
+from raft_queue.security.tls import write_dev_tls
+from raft_queue.testing.cluster import LocalCluster, free_block
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).parents[2]
+
+
+def _start(base: Path, **kwargs: Any) -> Iterator[LocalCluster]:
+    c = LocalCluster(base, nodes=3, tls=True, **kwargs)
+    c.start()
+    try:
+        c.wait_ready(60)
+        yield c
+    except BaseException:
+        for i in range(c.nodes):
+            print(f"--- n{i + 1} log tail ---")
+            print("\n".join(c.log_path(i).read_text(errors="replace").splitlines()[-30:]))
+        raise
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    yield from _start(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(scope="module")
+def mtls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    yield from _start(tmp_path_factory.mktemp("mtls"), tls_options={"require_client_cert": True})
+
+
+def _queue(c: LocalCluster, name: str) -> tuple[str, str]:
+    """Create a 1-partition queue replicated on every node: (leader, a non-leader) addresses."""
+    with c.client() as client:
+        client.create_queue(name, partitions=1, replication_factor=3)
+        deadline = time.monotonic() + 30
+        while not (leader := client.partitions(name)[0].leader_address):
+            assert time.monotonic() < deadline, "no leader"
+            time.sleep(0.1)
+    other = next(s.address for s in c.specs if s.address != leader)
+    return leader, other
+
+
+def _latest(c: LocalCluster, queue: str) -> int:
+    with c.client() as client:
+        return client.partitions(queue)[0].latest_offset
+
+
+def _channel(c: LocalCluster, address: str) -> grpc.Channel:
+    opts = c.client_options()
+    read = lambda key: Path(opts[key]).read_bytes() if opts.get(key) else None  # noqa: E731
+    creds = grpc.ssl_channel_credentials(read("ca_file"), read("key_file"), read("cert_file"))
+    return grpc.secure_channel(address, creds)
+
+
+def _forwarded_send(c: LocalCluster, address: str, queue: str, body: bytes) -> None:
+    """Send straight to ``address`` (a non-leader), which must forward it to the leader."""
+    with _channel(c, address) as ch:
+        entry = queue_pb2.SendEntry(body=body, partition=0)
+        req = queue_pb2.SendRequest(queue=queue, entries=[entry], request_id=os.urandom(16))
+        auth = (("authorization", f"Bearer {c.token}"),)
+        queue_pb2_grpc.QueueServiceStub(ch).Send(req, timeout=10, metadata=auth)
+
+
+def test_sdk_sends_receives_and_reads_over_tls(tls_cluster: LocalCluster) -> None:
+    _queue(tls_cluster, "sdk")
+    with tls_cluster.client() as client:
+        sent = client.send("sdk", b"over tls")
+        got = client.receive("sdk", max_messages=1, wait_ms=5000)
+        assert [m.body for m in got] == [b"over tls"]
+        client.ack("sdk", got)
+        assert [m.body for m in client.read("sdk", 0, sent.offset).messages] == [b"over tls"]
+
+
+def test_asyncio_client_over_tls(tls_cluster: LocalCluster) -> None:
+    _queue(tls_cluster, "aio")
+
+    async def run() -> list[bytes]:
+        async with AsyncClient(
+            tls_cluster.bootstrap, token=tls_cluster.token, **tls_cluster.client_options()
+        ) as c:
+            await c.send("aio", b"async tls")
+            return [m.body for m in await c.receive("aio", max_messages=1, wait_ms=5000)]
+
+    assert asyncio.run(run()) == [b"async tls"]
+
+
+def test_a_non_leader_forwards_over_tls(tls_cluster: LocalCluster) -> None:
+    leader, other = _queue(tls_cluster, "fwd")
+    _forwarded_send(tls_cluster, other, "fwd", b"via a follower")
+    opts = {"token": tls_cluster.token, **tls_cluster.client_options()}
+    with Client(other, **opts) as client:  # receive forwarded too
+        got = client.receive("fwd", max_messages=1, wait_ms=5000)
+    assert [m.body for m in got] == [b"via a follower"]
+
+
+def _cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "raft_queue.cli.main", *args],
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_cli_with_tls_env_sends_receives_and_reads(
+    tls_cluster: LocalCluster,
+) -> None:
+    _, other = _queue(tls_cluster, "cli")
+    env = {"RAFTQ_SERVER": other, "RAFTQ_TLS": "1", "RAFTQ_TOKEN": tls_cluster.token}
+    env["RAFTQ_CA_FILE"] = tls_cluster.client_options()["ca_file"]
+    sent = _cli(env, "send", "cli", "from-the-cli")
+    assert sent.returncode == 0, sent.stderr
+    read = _cli(env, "read", "cli", "--partition", "0", "--offset", "0", "--json")
+    assert read.returncode == 0 and "from-the-cli" in read.stdout, read.stderr
+    got = _cli(env, "receive", "cli", "--wait", "5", "--json")
+    assert got.returncode == 0 and "from-the-cli" in got.stdout, got.stderr
+    plain = _cli(
+        {"RAFTQ_SERVER": other, "RAFTQ_TOKEN": tls_cluster.token},
+        "--timeout",
+        "3",
+        "send",
+        "cli",
+        "plain",
+    )
+    assert plain.returncode == 1 and "Traceback" not in plain.stderr
+    assert _latest(tls_cluster, "cli") == 1
+
+
+def test_a_plaintext_client_is_refused_and_writes_nothing(tls_cluster: LocalCluster) -> None:
+    leader, _ = _queue(tls_cluster, "plain")
+    # With the token: TLS, not authentication, is what refuses it.
+    token = tls_cluster.token
+    with Client(leader, timeout_s=3, retries=0, token=token) as client, pytest.raises(QueueError):
+        client.send("plain", b"in the clear")
+    with grpc.insecure_channel(leader) as ch, pytest.raises(grpc.RpcError) as err:
+        entry = queue_pb2.SendEntry(body=b"raw", partition=0)
+        queue_pb2_grpc.QueueServiceStub(ch).Send(
+            queue_pb2.SendRequest(queue="plain", entries=[entry]), timeout=3
+        )
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert _latest(tls_cluster, "plain") == 0
+
+
+def test_a_client_trusting_another_ca_is_refused(tls_cluster: LocalCluster, tmp_path: Path) -> None:
+    leader, _ = _queue(tls_cluster, "wrongca")
+    other = write_dev_tls(tmp_path / "other", [])
+    opts = {"tls": True, "ca_file": str(other.ca_file), "token": tls_cluster.token}
+    with Client(leader, timeout_s=3, retries=0, **opts) as client, pytest.raises(QueueError):
+        client.send("wrongca", b"unchecked")
+    assert _latest(tls_cluster, "wrongca") == 0
+
+
+def test_mtls_refuses_a_client_without_a_certificate(mtls_cluster: LocalCluster) -> None:
+    leader, _ = _queue(mtls_cluster, "nocert")
+    ca = mtls_cluster.client_options()["ca_file"]
+    opts = {"tls": True, "ca_file": ca, "token": mtls_cluster.token}
+    with Client(leader, timeout_s=3, retries=0, **opts) as client, pytest.raises(QueueError):
+        client.send("nocert", b"anonymous")
+    assert _latest(mtls_cluster, "nocert") == 0
+
+
+def test_mtls_client_certificate_works_and_nodes_forward_with_theirs(
+    mtls_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    _, other = _queue(mtls_cluster, "withcert")
+    _forwarded_send(mtls_cluster, other, "withcert", b"mutual")
+    with mtls_cluster.client() as client:
+        got = client.receive("withcert", max_messages=1, wait_ms=5000)
+    assert [m.body for m in got] == [b"mutual"]
+    # A certificate from another CA is no better than none.
+    stranger = write_dev_tls(tmp_path / "stranger", [], ("admin",))
+    opts = {**mtls_cluster.client_options(), "token": mtls_cluster.token,
+            "cert_file": str(stranger.cert_file("admin")),
+            "key_file": str(stranger.key_file("admin"))}  # fmt: skip
+    with Client(other, timeout_s=3, retries=0, **opts) as client, pytest.raises(QueueError):
+        client.send("withcert", b"forged")
+    assert _latest(mtls_cluster, "withcert") == 1
+
+
+def test_dev_up_tls_end_to_end(tmp_path: Path) -> None:
+    base = free_block(400)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raft_queue.cli.main", "dev", "up", "--tls", "--nodes", "3",
+         "--data-dir", str(tmp_path / "dev"), "--base-port", str(base)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if "Ctrl-C stops the cluster" in line or len(lines) > 200:
+                break
+        out = "".join(lines)
+        exports = dict(re.findall(r"export (RAFTQ_\w+)=(\S+)", out))
+        assert set(exports) == {"RAFTQ_SERVER", "RAFTQ_TOKEN", "RAFTQ_TLS", "RAFTQ_CA_FILE"}, out
+        assert exports["RAFTQ_CA_FILE"] == str(tmp_path / "dev" / "tls" / "ca.pem")
+        status = _cli(exports, "cluster", "status")
+        assert status.returncode == 0, status.stderr
+        assert all(f"n{i}" in status.stdout for i in (1, 2, 3)), status.stdout
+        create = _cli(exports, "queue", "create", "devq", "--partitions", "2")
+        assert create.returncode == 0, create.stderr
+        assert _cli(exports, "send", "devq", "hello-tls").returncode == 0
+        got = _cli(exports, "receive", "devq", "--wait", "5", "--json")
+        assert got.returncode == 0 and "hello-tls" in got.stdout, got.stderr
+        no_tls = {**exports, "RAFTQ_TLS": "0"}
+        refused = _cli(no_tls, "--timeout", "3", "cluster", "status")
+        assert refused.returncode == 1, refused.stdout
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def test_peer_identity_names_the_verified_client_certificate(tmp_path: Path) -> None:
+    """A real mTLS handshake: the server learns which principal or node is calling."""
+    from concurrent import futures
+
+    from raft_queue.server.tls import peer_identity
+    from raft_queue.testing.cluster import free_port
+
+    dev = write_dev_tls(tmp_path / "tls", ["n1", "n2"], ("alice",))
+    read = lambda name, ext: (dev.dir / f"{name}.{ext}").read_bytes()  # noqa: E731
+
+    def who(request: bytes, context: grpc.ServicerContext) -> bytes:
+        ident = peer_identity(context)
+        return f"{ident.kind}:{ident.name}".encode() if ident else b"nobody"
+
+    server = grpc.server(futures.ThreadPoolExecutor(2))
+    handler = grpc.unary_unary_rpc_method_handler(who)
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("t.T", {"Who": handler})])
+    port = free_port()
+    creds = grpc.ssl_server_credentials(
+        [(read("n1", "key"), read("n1", "pem"))], read("ca", "pem"), require_client_auth=True
+    )
+    server.add_secure_port(f"127.0.0.1:{port}", creds)
+    server.start()
+    try:
+        for name, expect in (("alice", b"principal:alice"), ("n2", b"node:n2")):
+            client = grpc.ssl_channel_credentials(
+                read("ca", "pem"), read(name, "key"), read(name, "pem")
+            )
+            with grpc.secure_channel(f"127.0.0.1:{port}", client) as ch:
+                assert ch.unary_unary("/t.T/Who")(b"", timeout=5) == expect
+    finally:
+        server.stop(0)
