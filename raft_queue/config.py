@@ -244,6 +244,13 @@ class SecurityConfig:
 
     cluster_secret_file: str = ""
     insecure: bool = False
+    # Encryption at rest (docs/security.md "Encryption at rest"): the master
+    # keys wrapping every queue's data keys come from ``keyring_file`` (mode
+    # 0600) or from ``key_provider`` ("module:Class", a KMS hook). With
+    # neither, this node seals nothing (a warning at start) and cannot read
+    # sealed messages.
+    keyring_file: str = ""
+    key_provider: str = ""
     # SHA-256s of the superuser tokens, one a line, mode 0600 (security/tokens.py)
     admin_tokens_file: str = ""
 
@@ -497,9 +504,12 @@ class QueueSpec:
     max_message_bytes: int = 1 * MIB
     dedup_window_ms: int = 300_000
     delay_ms: int = 0
+    encryption: bool = True  # bodies and headers sealed at rest (docs/security.md)
 
     def __post_init__(self) -> None:
         bad = InvalidArgument
+        if not isinstance(self.encryption, bool):
+            raise bad("encryption", "must be true or false")
         _check_int(bad, "partitions", self.partitions, 1, MAX_PARTITIONS)
         if self.replication_factor not in REPLICATION_FACTORS or isinstance(
             self.replication_factor, bool

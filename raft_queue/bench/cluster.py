@@ -50,10 +50,18 @@ def drop_queue(client: Client, queue: str) -> None:
 
 
 @contextlib.contextmanager
-def bench_queue(client: Client, name: str, partitions: int, durability: str) -> Iterator[str]:
+def bench_queue(
+    client: Client, name: str, partitions: int, durability: str, encryption: bool = True
+) -> Iterator[str]:
     """A fresh, empty queue (replication 3) for one workload; deleted afterwards."""
     drop_queue(client, name)
-    client.create_queue(name, partitions=partitions, replication_factor=3, durability=durability)
+    client.create_queue(
+        name,
+        partitions=partitions,
+        replication_factor=3,
+        durability=durability,
+        encryption=encryption,
+    )
     wait_leaders(client, name)
     try:
         yield name

@@ -46,6 +46,7 @@ class Params:
     size: int = 100
     partitions: int = 1  # per benchmark queue; the peers use one stream/queue
     durability: str = "fsync"  # the targets are for fsync; "quorum" shows what fsync costs
+    encryption: bool = True  # the queues' encryption at rest (docs/benchmarks.md: its cost)
     w1_secs: float = 10.0
     w1_warmup: int = 200
     w2_secs: float = 15.0
@@ -155,7 +156,7 @@ class Publisher:
 
 def w1(t: Target, p: Params) -> Result:
     """Acked publish, one in flight: ``send`` in a loop; latency-bound throughput."""
-    with bench_queue(t.client, f"bench-w1{t.tag}", p.partitions, p.durability) as q:
+    with bench_queue(t.client, f"bench-w1{t.tag}", p.partitions, p.durability, p.encryption) as q:
         for i in range(p.w1_warmup):
             t.client.send(q, make_msg(i, p.size))
         lat: list[int] = []
@@ -176,7 +177,7 @@ def w1(t: Target, p: Params) -> Result:
 
 def w2(t: Target, p: Params) -> Result:
     """Pipelined batch publish: ``inflight`` concurrent send_batch(4096) for w2_secs."""
-    with bench_queue(t.client, f"bench-w2{t.tag}", p.partitions, p.durability) as q:
+    with bench_queue(t.client, f"bench-w2{t.tag}", p.partitions, p.durability, p.encryption) as q:
         Publisher(t.client, q, p).run(total=p.w1_warmup * 10)  # warm-up, as the harness
         pub = Publisher(t.client, q, p)
         with CpuWindow(t.pids) as cpu:
@@ -188,7 +189,7 @@ def w2(t: Target, p: Params) -> Result:
 
 def w3(t: Target, p: Params) -> Result:
     """Pre-publish w3_msgs (as W2), then receive + ack until every message was seen."""
-    with bench_queue(t.client, f"bench-w3{t.tag}", p.partitions, p.durability) as q:
+    with bench_queue(t.client, f"bench-w3{t.tag}", p.partitions, p.durability, p.encryption) as q:
         with CpuWindow(t.pids) as pcpu:
             n, pub_s = Publisher(t.client, q, p).run(total=p.w3_msgs)
         with CpuWindow(t.pids) as cpu:
@@ -240,7 +241,7 @@ def w4(t: Target, p: Params) -> Result:
     warm = min(total // 10, int(p.w4_rate))  # the first second is not counted
     ctx = mp.get_context("spawn")
     ready, out = ctx.Event(), ctx.Queue()
-    with bench_queue(t.client, f"bench-w4{t.tag}", p.partitions, p.durability) as q:
+    with bench_queue(t.client, f"bench-w4{t.tag}", p.partitions, p.durability, p.encryption) as q:
         args = (t.bootstrap, q, total, warm, p.w4_wait_ms, p.w4_secs + 30, ready, out, t.token)
         proc = ctx.Process(target=w4_consumer, args=args, daemon=True)
         proc.start()

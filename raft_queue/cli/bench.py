@@ -97,6 +97,12 @@ GOALS = {
     show_default=True,
     help="Of the benchmark queues; the targets are for fsync, the others show its cost.",
 )
+@click.option(
+    "--encryption/--no-encryption",
+    default=True,
+    show_default=True,
+    help="Encryption at rest of the benchmark queues (its cost: docs/benchmarks.md).",
+)
 @click.option("--quiet-pct", type=float, default=25.0, show_default=True)
 @click.option(
     "--insecure",
@@ -121,6 +127,7 @@ def bench(
     partitions: int,
     inflight: int,
     durability: str,
+    encryption: bool,
     quiet_wait: float,
     quiet_pct: float,
     scale: float,
@@ -132,7 +139,9 @@ def bench(
     names = _parse_workloads(workloads)
     # SIGTERM unwinds like Ctrl-C, so the cluster this command started is stopped.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    params = Params(partitions=partitions, inflight=inflight, durability=durability)
+    params = Params(
+        partitions=partitions, inflight=inflight, durability=durability, encryption=encryption
+    )
     if scale != 1.0:
         params = params.scaled(scale)
     env = {

@@ -144,6 +144,12 @@ try:
 except ImportError:
     pass
 try:
+    from raft_queue.cli.keys import keys  # also adds ``queue rotate-key``
+
+    main.add_command(keys)
+except ImportError:
+    pass
+try:
     from raft_queue.cli.top import top
 
     main.add_command(top)

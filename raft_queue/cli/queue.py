@@ -83,6 +83,11 @@ def config_options(func: Any) -> Any:
 @click.argument("name")
 @click.option("--partitions", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--replication", type=click.IntRange(min=1), help="Replicas per partition.")
+@click.option(
+    "--encryption/--no-encryption",
+    default=None,
+    help="Seal bodies and headers at rest (default: on; docs/security.md).",
+)
 @config_options
 @json_option
 @click.pass_obj
@@ -92,11 +97,14 @@ def create(
     name: str,
     partitions: int,
     replication: int | None,
+    encryption: bool | None,
     as_json: bool,
     **options: Any,
 ) -> None:
     """Create queue NAME; options not given take the cluster's defaults."""
     config = _config_from_options(options)
+    if encryption is not None:
+        config["encryption"] = encryption
     info = session.client.create_queue(
         name, partitions=partitions, replication_factor=replication, **config
     )

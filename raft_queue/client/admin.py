@@ -71,6 +71,18 @@ class AdminSurface:
         req = admin_pb2.PlanRequest(kind=kind, node=node, max_moves=max_moves)
         return self._run(_admin("Plan", req, mutating=False))
 
+    # ---- encryption at rest --------------------------------------------------------
+    def rotate_queue_key(self, queue: str) -> Any:
+        """A new data key for ``queue``: new messages are sealed with it, older
+        ones stay readable (``RotateQueueKeyResponse``: key_id, master_id)."""
+        req = admin_pb2.RotateQueueKeyRequest(queue=queue)
+        return self._run(_admin("RotateQueueKey", req))
+
+    def rotate_master_key(self) -> Any:
+        """Rewrap every data key under the key provider's current master key
+        (``RotateMasterKeyResponse``: rewrapped, master_id)."""
+        return self._run(_admin("RotateMasterKey", admin_pb2.RotateMasterKeyRequest()))
+
     # ---- nodes and controllers ---------------------------------------------------
     def set_node_state(self, node: str, state: str) -> Any:
         """``alive``, ``draining`` or ``removed`` (an operator's change)."""

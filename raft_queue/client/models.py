@@ -38,6 +38,7 @@ class QueueConfig:
     max_message_bytes: int | None = None
     dedup_window_ms: int | None = None
     delay_ms: int | None = None
+    encryption: bool | None = None  # sealed at rest (default on; docs/security.md)
 
 
 CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(QueueConfig))

@@ -49,6 +49,10 @@ RPC_OPERATIONS: dict[str, tuple[str, str]] = {
     **{_Q + m: (READ, "queue") for m in ("Read", "CommitOffsets", "GetOffsets", "GetHistory")},
     # Quotas and usage (docs/operations.md): admin, on no queue.
     **{_A + m: (ADMIN, "") for m in ("SetQuota", "RemoveQuota", "ListQuotas", "GetUsage")},
+    # Encryption at rest (docs/security.md): a queue's data key is its owner's
+    # to rotate; rewrapping every queue's keys under a new master is admin.
+    _A + "RotateQueueKey": (MANAGE, "queue"),
+    _A + "RotateMasterKey": (ADMIN, ""),
 }  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from raft_queue.core.results import AppendItem, AppendResult
 from raft_queue.core.segments import (
     HAS_DEDUP,
     RECORD_OVERHEAD,
+    SEALED,
     encode_body,
     segment_blobs,
     segment_value,
@@ -78,7 +79,12 @@ def _append_checked(view: View, data: bytes, parts: AppendParts, ts: int) -> App
         items.append(AppendItem(offset, False))
         offset += 1
     if kept:
-        body = data[parts.body_at :] if len(kept) == len(blobs) else encode_body(kept)
+        if len(kept) == len(blobs):
+            body = data[parts.body_at :]
+        elif parts.body.summary.flags & SEALED:  # sealed record by record (``sealing``)
+            body = encode_body(kept, parts.body.summary._replace(records=len(kept)))
+        else:
+            body = encode_body(kept)
         _store(view, first, segment_value(ts, body, 0), len(kept))
         c.stored_bytes += RECORD_OVERHEAD * len(kept) + sum(map(len, kept))
     return AppendResult.of(items)

@@ -43,6 +43,7 @@ from raft_queue.core.commands import (
 from raft_queue.core.records import from_blob, to_blob, widen_blob
 from raft_queue.core.segments import (
     BODY_U32,
+    SEALED,
     BodyParts,
     check_body,
     encode_body,
@@ -145,7 +146,7 @@ def _dec_append(r: Reader) -> Append:
     parts = _split_append(r.data)
     records = segment_blobs(r.data, parts.body)
     summary = summarize(records)
-    if summary != parts.body.summary:
+    if summary != parts.body.summary._replace(flags=parts.body.summary.flags & ~SEALED):
         raise Malformed(f"record summary {parts.body.summary} is not the records' {summary}")
     r.pos = len(r.data)
     return Append(tuple(from_blob(blob) for blob in records), parts.now_ms, parts.request_id)

@@ -23,9 +23,11 @@ from typing import Any
 from raft_queue import errors
 from raft_queue.config import IMMUTABLE_QUEUE_FIELDS, QueueSpec, check_name, check_queue_name
 from raft_queue.core import metadata_controllers as controllers
+from raft_queue.core import metadata_keys as keys
 from raft_queue.core import metadata_principals as principals
 from raft_queue.core import metadata_quotas as quotas
 from raft_queue.core.metadata_commands import (
+    AddDataKey,
     CreatePrincipal,
     CreateQueue,
     DeletePrincipal,
@@ -40,11 +42,13 @@ from raft_queue.core.metadata_commands import (
     RegisterNode,
     RemoveQuota,
     RevokeAccess,
+    RewrapDataKeys,
     RotatePrincipal,
     SetAssignment,
     SetMovePhase,
     SetNodeState,
     SetQuota,
+    ShredKeys,
     StartControllerChange,
     StartMove,
     UpdateQueue,
@@ -58,6 +62,7 @@ from raft_queue.core.metadata_records import (
     MOVE_PHASES,
     NODE_STATES,
     ControllerChange,
+    DataKey,
     LocalReplica,
     Move,
     NodeInfo,
@@ -69,6 +74,7 @@ from raft_queue.core.metadata_records import (
 
 # The names callers use as ``meta.X`` (records, commands, codec, machine).
 __all__ = [
+    "AddDataKey", "DataKey", "RewrapDataKeys", "ShredKeys",
     "MOVE_PHASES", "NODE_STATES", "ControllerChange", "CreateQueue", "DeleteQueue",
     "DropControllerChange", "DropMove", "FinishControllerChange", "FinishMove",
     "LocalReplica", "MetaCommand", "MetadataMachine", "Move", "NodeInfo", "PartitionAssignment",
@@ -94,11 +100,16 @@ class MetadataMachine(quotas.QuotasAndUsage):
         self._principals: dict[str, Principal] = {}
         self._init_quotas()
         self._next_uid = 1
+        self._keys: keys.Keys = {}  # queue -> its data keys, wrapped (metadata_keys)
         self.version = 0
 
     # -- queries --
     def queue(self, name: str) -> QueueRecord | None:
         return self._queues.get(name)
+
+    def data_keys(self, name: str) -> tuple[DataKey, ...]:
+        """The queue's data keys, oldest first (the last seals); () if none."""
+        return self._keys.get(name, ())
 
     def queues(self) -> list[QueueRecord]:
         """Every queue, by name."""
@@ -217,6 +228,8 @@ class MetadataMachine(quotas.QuotasAndUsage):
             self._check_replicas(a.replicas, ports)
             ports.update((r.node_id, r.raft_port) for r in a.replicas)
         record = QueueRecord(cmd.name, cmd.config, self._next_uid, cmd.now_ms)
+        if cmd.data_key is not None:  # checked before anything changes
+            keys.add(self._keys, record, record.uid, cmd.data_key)
         self._next_uid += 1
         self._queues[cmd.name] = record
         self._assignments[cmd.name] = tuple(cmd.assignments)
@@ -240,9 +253,24 @@ class MetadataMachine(quotas.QuotasAndUsage):
         record = self._queue(cmd.name)
         del self._queues[cmd.name]
         del self._assignments[cmd.name]
+        self._keys.pop(cmd.name, None)  # crypto-shredding: its data keys end with it
         self._moves = {k: m for k, m in self._moves.items() if m.queue != cmd.name}
         self._changed()
         return record
+
+    def _apply_AddDataKey(self, cmd: AddDataKey) -> tuple[DataKey, ...]:
+        result = keys.add(self._keys, self._queue(cmd.queue), cmd.uid, cmd.data_key)
+        self._changed()
+        return result
+
+    def _apply_RewrapDataKeys(self, cmd: RewrapDataKeys) -> tuple[DataKey, ...]:
+        result = keys.rewrap(self._keys, self._queue(cmd.queue), cmd.uid, cmd.data_keys)
+        self._changed()
+        return result
+
+    def _apply_ShredKeys(self, cmd: ShredKeys) -> None:
+        if cmd.queue not in self._queues:
+            self._keys.pop(cmd.queue, None)
 
     def _apply_SetAssignment(self, cmd: SetAssignment) -> PartitionAssignment:
         record = self._queue(cmd.queue)
@@ -444,6 +472,7 @@ class MetadataMachine(quotas.QuotasAndUsage):
             "moves": [_plain_move(m) for m in self.moves()],
             "controllers": [[n, a] for n, a in self.controllers().items()],
             "controller_change": _plain_change(self._controller_change),
+            "data_keys": keys.to_plain(self._keys),
             "principals": [principals.to_plain(p) for p in self.principals()],
             **self._quotas_to_plain(),
         })  # fmt: skip
@@ -467,6 +496,7 @@ class MetadataMachine(quotas.QuotasAndUsage):
             machine._controllers = {str(n): str(a) for n, a in obj.get("controllers", ())}
             change = obj.get("controller_change")
             machine._controller_change = ControllerChange(*change) if change else None
+            machine._keys = keys.from_plain(obj.get("data_keys", {}))
             for p in obj.get("principals", ()):
                 machine._principals[p["name"]] = principals.from_plain(p)
             machine._quotas_from_plain(obj)

@@ -12,7 +12,7 @@ from typing import Any
 
 from raft_queue import errors
 from raft_queue.config import QueueSpec
-from raft_queue.core.metadata_records import NodeInfo, PartitionAssignment, ReplicaRef
+from raft_queue.core.metadata_records import DataKey, NodeInfo, PartitionAssignment, ReplicaRef
 
 _CODEC_VERSION = 1
 
@@ -53,6 +53,7 @@ class CreateQueue:
     config: QueueSpec
     assignments: tuple[PartitionAssignment, ...]
     now_ms: int = 0
+    data_key: DataKey | None = None  # the first key of an encrypted queue (id 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,35 @@ class UpdateQueue:
 @dataclass(frozen=True, slots=True)
 class DeleteQueue:
     name: str
+
+
+@dataclass(frozen=True, slots=True)
+class AddDataKey:
+    """Rotate: ``data_key`` (id = the last id + 1) becomes the queue's current
+    key; older ones stay for reading. ``uid`` fences a re-created queue."""
+
+    queue: str
+    uid: int
+    data_key: DataKey
+
+
+@dataclass(frozen=True, slots=True)
+class RewrapDataKeys:
+    """Master-key rotation: the same key ids, wrapped anew (every one of them)."""
+
+    queue: str
+    uid: int
+    data_keys: tuple[DataKey, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ShredKeys:
+    """After a DeleteQueue: drop ``queue``'s data keys if it is still gone
+    (they went with DeleteQueue; this is for the journal). Its own entry lets
+    every voter compact its journal past the entries that held the wrapped
+    keys (``replication/metadata.py``): crypto-shredding reaches the disk."""
+
+    queue: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +254,7 @@ MetaCommand = (
     RegisterNode | SetNodeState | CreateQueue | UpdateQueue | DeleteQueue | SetAssignment
     | StartMove | SetMovePhase | FinishMove | DropMove
     | StartControllerChange | FinishControllerChange | DropControllerChange
+    | AddDataKey | RewrapDataKeys | ShredKeys
     | CreatePrincipal | DeletePrincipal | RotatePrincipal | GrantAccess | RevokeAccess
     | SetQuota | RemoveQuota | RecordUsage
 )  # fmt: skip
@@ -231,8 +262,9 @@ _COMMANDS: dict[str, type[Any]] = {
     cls.__name__: cls
     for cls in (RegisterNode, SetNodeState, CreateQueue, UpdateQueue, DeleteQueue, SetAssignment,
                 StartMove, SetMovePhase, FinishMove, DropMove, StartControllerChange,
-                FinishControllerChange, DropControllerChange, CreatePrincipal, DeletePrincipal,
-                RotatePrincipal, GrantAccess, RevokeAccess, SetQuota, RemoveQuota, RecordUsage)
+                FinishControllerChange, DropControllerChange, AddDataKey, RewrapDataKeys,
+                ShredKeys, CreatePrincipal, DeletePrincipal, RotatePrincipal, GrantAccess,
+                RevokeAccess, SetQuota, RemoveQuota, RecordUsage)
 }  # fmt: skip
 
 
@@ -265,6 +297,8 @@ def _plain(value: Any) -> Any:
     if isinstance(value, PartitionAssignment):
         return {"partition": value.partition, "epoch": value.epoch,
                 "replicas": _plain(value.replicas)}  # fmt: skip
+    if isinstance(value, DataKey):
+        return [value.key_id, value.master_id, value.wrapped]
     if isinstance(value, NodeInfo):
         return {name: getattr(value, name) for name in value.__dataclass_fields__}
     if isinstance(value, tuple | list):
@@ -280,6 +314,10 @@ def _typed(name: str, value: Any) -> Any:
         return tuple(ReplicaRef(str(node), int(port)) for node, port in value)
     if name == "assignments":
         return tuple(_assignment(a) for a in value)
+    if name == "data_key":
+        return None if value is None else DataKey(int(value[0]), str(value[1]), str(value[2]))
+    if name == "data_keys":
+        return tuple(DataKey(int(k), str(m), str(w)) for k, m, w in value)
     if name == "voters":
         return tuple((str(node), str(address)) for node, address in value)
     if name == "operations":

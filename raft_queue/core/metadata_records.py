@@ -68,6 +68,17 @@ class QueueRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class DataKey:
+    """One data key of a queue (encryption at rest, security/encryption.py):
+    ``wrapped`` (hex) is the AES-256 key encrypted by master key
+    ``master_id`` of the key provider. Never the plain key."""
+
+    key_id: int
+    master_id: str
+    wrapped: str
+
+
+@dataclass(frozen=True, slots=True)
 class LocalReplica:
     """A replica hosted by one node (what its reconciler must run)."""
 

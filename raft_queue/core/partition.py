@@ -50,6 +50,7 @@ from raft_queue.core.results import (
     ReceiptsResult,
     Result,
 )
+from raft_queue.core.segments import Segment
 from raft_queue.core.state import (
     GROUPS,
     TABLES,
@@ -118,6 +119,11 @@ class PartitionMachine:
     def stats(self, txn: KVTxn, now_ms: int) -> PartitionStats:
         """O(1) counters as of ``now_ms`` (see ``queries.stats``)."""
         return queries.stats(txn, now_ms)
+
+    def segments(self, txn: KVTxn, offset: int, end: int) -> list[Segment]:
+        """The stored segments holding offsets [offset, end): a sealed batch
+        is opened whole (``sealing``), so its reader needs all of it."""
+        return queries.segments(txn, offset, end)
 
     def history(self, txn: KVTxn, offset: int) -> History | None:
         """A record's state and recent leases (see ``queries.history``)."""

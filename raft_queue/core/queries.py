@@ -12,7 +12,7 @@ from raft_queue.core.commands import PartitionConfig
 from raft_queue.core.kv import KVTxn
 from raft_queue.core.records import StoredRecord
 from raft_queue.core.results import History, LeaseEvent, PartitionStats, ReadResult
-from raft_queue.core.segments import segment_at, segments_from
+from raft_queue.core.segments import Segment, segment_at, segments_from
 from raft_queue.core.state import (
     DELIVERY,
     RECORDS,
@@ -63,6 +63,16 @@ def _collect(
             out.append(rec)
         if len(out) >= max_records:
             return
+
+
+def segments(txn: KVTxn, offset: int, end: int) -> list[Segment]:
+    """The segments holding offsets [offset, end), in order (see ``read``)."""
+    out = []
+    for seg in segments_from(txn, RECORDS, offset):
+        if seg.base >= end:
+            break
+        out.append(seg)
+    return out
 
 
 def stats(txn: KVTxn, now_ms: int) -> PartitionStats:

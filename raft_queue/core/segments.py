@@ -6,7 +6,8 @@ A segment value is::
 
     >Q  timestamp_ms
     >I  count
-    >B  flags           HAS_KEY | HAS_DEDUP | HAS_HEADERS: does any record have one
+    >B  flags           HAS_KEY | HAS_DEDUP | HAS_HEADERS: does any record have one;
+                        SEALED: the bodies are one encrypted batch (``sealing``)
     >Q  max_delay_ms    the largest per-record delay_ms
     count x >I          end of each record's blob, from the start of the data
     data                the records' blobs (``records.to_blob``), back to back
@@ -44,7 +45,11 @@ from raft_queue.errors import InvalidArgument
 HAS_KEY = 1
 HAS_DEDUP = 2
 HAS_HEADERS = 4
-_ALL_FLAGS = HAS_KEY | HAS_DEDUP | HAS_HEADERS
+# The segment's headers and bodies are one AEAD-sealed batch (``sealing``):
+# the blobs' bodies hold ciphertext. Data format 4; a reader of format 3
+# refuses an Append entry with this flag ("unknown record flags").
+SEALED = 8
+_ALL_FLAGS = HAS_KEY | HAS_DEDUP | HAS_HEADERS | SEALED
 RECORD_OVERHEAD = 8
 
 _TS = struct.Struct(">Q")

@@ -66,7 +66,11 @@ _RUN = struct.Struct(">BIIQQ")  # status, epoch, receive_count, at_ms, count
 # number stored) had one ``records`` value and one ``delivery`` value per
 # record; version 2 stored delays in 32 bits (segments' max_delay_ms and each
 # record blob's delay_ms, so at most ~49.7 days); 3 stores them in 64.
-DATA_FORMAT = 3
+DATA_FORMAT = 4
+# Format 4 added sealed segments (segments.SEALED, core/sealing.py) and
+# nothing else: format 3 data holds none, so it is read as is (and stamped 4
+# at its next apply); a format-3 reader refuses format 4.
+_READABLE_FORMATS = (b"\x00\x00\x00\x03", DATA_FORMAT.to_bytes(4, "big"))
 
 
 class Status:
@@ -218,11 +222,11 @@ class Counters:
 
     @classmethod
     def unpack(cls, value: bytes) -> Counters:
-        if len(value) != cls._FORMAT.size or value[:4] != DATA_FORMAT.to_bytes(4, "big"):
+        if len(value) != cls._FORMAT.size or value[:4] not in _READABLE_FORMATS:
             found = int.from_bytes(value[:4], "big") if len(value) == cls._FORMAT.size else 1
             raise Internal(
                 f"partition data format {found}, but this version of raft_queue reads only "
-                f"format {DATA_FORMAT}: the replica's data was written by another version"
+                f"formats 3 and {DATA_FORMAT}: the replica's data was written by another version"
             )
         return cls(*cls._FORMAT.unpack(value)[1:])
 

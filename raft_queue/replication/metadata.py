@@ -73,11 +73,21 @@ class MetadataReplica(ReplicatedGroup):
 
     def apply_bytes(self, index: int, data: bytes) -> Any:
         results: list[Any] = []
+        shred = False
         for raw in data.split(_SEP):
             try:
-                results.append(self.machine.apply(meta.decode_meta(raw)))
+                cmd = meta.decode_meta(raw)
+                results.append(self.machine.apply(cmd))
+                shred = shred or type(cmd) is meta.ShredKeys
             except Exception as exc:  # deterministic on every replica
                 results.append(exc)
+        if shred:
+            # Crypto-shredding: a deleted queue's wrapped data keys must leave
+            # this replica's journal too, not only its state. ShredKeys follows
+            # the DeleteQueue in an entry of its own; compaction keeps the entry
+            # before the last (the DeleteQueue's) and drops all older ones, the
+            # keys' among them. The snapshot is of the state without them.
+            self.forceLogCompaction()
         self._on_change()
         return results
 

@@ -347,6 +347,11 @@ class PartitionReplica(ReplicatedGroup):
             result: int | None = due(txn)
             return result
 
+    def segments(self, offset: int, end: int) -> list[Any]:
+        """The stored segments holding offsets [offset, end) (sealed reads)."""
+        with self._reading() as txn:
+            return self.machine.segments(txn, offset, end)
+
     def history(self, offset: int) -> Any:
         """Delivery history of record ``offset`` (state, receive count, each
         lease's time, consumer and deadline); None if the machine keeps none."""

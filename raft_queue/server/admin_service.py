@@ -65,6 +65,17 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         )
 
     # ---- operations (metadata leader) -------------------------------------------------
+    # ---- encryption at rest (metadata leader; server/encryption.py) ---------------------
+    @handled
+    async def RotateQueueKey(self, request: Any, context: Any) -> Any:  # noqa: N802
+        key = await self.c.crypto.rotate_key(request.queue)
+        return admin_pb2.RotateQueueKeyResponse(key_id=key.key_id, master_id=key.master_id)
+
+    @handled
+    async def RotateMasterKey(self, request: Any, context: Any) -> Any:  # noqa: N802
+        count, master = await self.c.crypto.rotate_master()
+        return admin_pb2.RotateMasterKeyResponse(rewrapped=count, master_id=master)
+
     @handled
     async def MovePartition(self, request: Any, context: Any) -> Any:  # noqa: N802
         return await self.ops.move(request)

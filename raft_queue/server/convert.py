@@ -3,7 +3,7 @@ before anything is submitted, so bad input never reaches the Raft log."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from raft_queue import config, errors
@@ -12,7 +12,7 @@ from raft_queue.config import MAX_MESSAGE_DELAY_MS, Limits, QueueSpec
 from raft_queue.core.commands import MAX_REQUEST_ID_BYTES, NewRecord, PartitionConfig
 from raft_queue.core.records import plain_blob, to_blob
 from raft_queue.core.results import LeaseResult
-from raft_queue.core.segments import HAS_DEDUP, HAS_KEY, Segment, Summary, summarize
+from raft_queue.core.segments import HAS_DEDUP, HAS_KEY, SEALED, Segment, Summary, summarize
 from raft_queue.observability import metrics
 from raft_queue.server import bounds
 from raft_queue.server.receipts import Receipts
@@ -29,6 +29,7 @@ DURABILITY = {
 }
 ORDERING = {"none": queue_pb2.ORDERING_NONE, "fifo": queue_pb2.ORDERING_FIFO}
 _SPEC_FIELDS = (
+    "encryption",
     "partitions",
     "replication_factor",
     "visibility_timeout_ms",
@@ -218,7 +219,12 @@ def message_pb(queue: str, partition: int, rec: Any, receipt: str = "", count: i
 
 
 def lease_messages(
-    queue: str, partition: int, uid: int, result: LeaseResult, receipts: Receipts
+    queue: str,
+    partition: int,
+    uid: int,
+    result: LeaseResult,
+    receipts: Receipts,
+    opener: Callable[[Segment, int, int], list[Any]] | None = None,
 ) -> list[Any]:
     """The Messages (with receipts, made by ``receipts``) of a Lease's result:
     one per leased record, in offset order. Records of a segment without
@@ -233,7 +239,16 @@ def lease_messages(
         handles = receipts.span(queue, uid, partition, span.offset, span.count, span.epoch)
         count, ts = span.receive_count, seg.timestamp_ms
         if seg.flags:
-            for rec, receipt in zip(seg.records(i, i + span.count), handles, strict=True):
+            if seg.flags & SEALED:  # encrypted at rest: ``opener`` decrypts (NodeCrypto)
+                if opener is None:
+                    raise errors.Internal("a sealed segment without an opener")
+                recs = opener(seg, i, i + span.count)
+                if not seg.flags & (HAS_KEY | HAS_DEDUP):  # as the bodies-only path below
+                    _add_bare(out, queue, partition, recs, handles, count)
+                    continue
+            else:
+                recs = seg.records(i, i + span.count)
+            for rec, receipt in zip(recs, handles, strict=True):
                 add(message_pb(queue, partition, rec, receipt, count))
             continue
         bodies = seg.bodies(i, i + span.count)
@@ -252,6 +267,28 @@ def lease_messages(
                 )
             )
     return out
+
+
+def _add_bare(
+    out: list[Any], queue: str, partition: int, recs: Any, handles: Any, count: int
+) -> None:
+    """Messages of records without keys and dedup ids (headers are rare)."""
+    message = queue_pb2.Message
+    for rec, receipt in zip(recs, handles, strict=True):
+        if rec.headers:
+            out.append(message_pb(queue, partition, rec, receipt, count))
+            continue
+        out.append(
+            message(
+                queue=queue,
+                partition=partition,
+                offset=rec.offset,
+                body=rec.body,
+                timestamp_ms=rec.timestamp_ms,
+                receipt=receipt,
+                receive_count=count,
+            )
+        )
 
 
 def check_range(value: int, lo: int, hi: int, field: str) -> int:

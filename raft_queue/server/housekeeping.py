@@ -125,7 +125,7 @@ class Housekeeper:
             if dlq is None:
                 log.warning("%s: dead-letter queue %r does not exist", q.name, dlq_name)
                 return
-            entries = [dead_letter_entry(q, part, replica, off) for off in offsets]
+            entries = [dead_letter_entry(q, part, replica, off, self.c.crypto) for off in offsets]
             found = [e for e in entries if e is not None]
             for entry in found:
                 if dlq.spec.ordering == "fifo" and not entry.key:
@@ -136,11 +136,17 @@ class Housekeeper:
         metrics.count_dead_lettered(q.name, part, len(offsets))  # moved or, without a DLQ, dropped
 
 
-def dead_letter_entry(q: Any, part: int, replica: PartitionReplica, offset: int) -> Any:
-    """The SendEntry moving record ``offset`` to the DLQ; None if it is gone."""
+def dead_letter_entry(
+    q: Any, part: int, replica: PartitionReplica, offset: int, crypto: Any = None
+) -> Any:
+    """The SendEntry moving record ``offset`` to the DLQ (decrypted by
+    ``crypto``, server/encryption.py, and re-sealed by the DLQ's own key on
+    its way in); None if it is gone."""
     page = replica.read(offset, 1).records
     if not page or page[0].offset != offset:
         return None
+    if crypto is not None:
+        page = crypto.open_read(q, part, replica, page)
     rec = page[0]
     history = replica.history(offset)
     deliveries = history.deliveries if history is not None else ()

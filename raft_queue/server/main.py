@@ -34,6 +34,7 @@ from raft_queue._proto.raft_queue.v1 import (
 from raft_queue.observability import logs
 from raft_queue.observability.node import NodeObservability
 from raft_queue.security.files import private_files
+from raft_queue.security.keyring import load_key_provider
 from raft_queue.security.secret import node_secret
 from raft_queue.server.admin_service import AdminService
 from raft_queue.server.api import door
@@ -99,6 +100,7 @@ async def serve(config: config_mod.NodeConfig) -> None:
     private_files(config.data_dir)  # umask 077, data dir 0700 (security/files.py)
     tls = NodeTls(config.tls)  # reads and checks the [tls] files before anything starts
     node = Node(config, dial=dial, secret=secret)
+    node.key_provider = load_key_provider(config.security)  # encryption at rest (None: off)
     await loop.run_in_executor(None, node.start, loop)
     signer = door.node_signer(secret, node.id)
     cluster = Cluster(node, Peers(dial, signer=signer, credentials=tls.channel_credentials()))

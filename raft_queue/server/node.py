@@ -79,6 +79,8 @@ class Node:
         self.config = config
         # The cluster secret (security/secret.py); None only with security.insecure.
         self.secret = secret
+        # Encryption at rest (security/keyring.py; server/main.py sets it): None = off.
+        self.key_provider: Any = None
         # Raft links prove the secret and seal frames with this (wire.py).
         self.raft_link_key = derive_key(secret, RAFT_LINK) if secret is not None else None
         wire.set_max_request_bytes(config.limits.max_request_bytes)

@@ -90,13 +90,19 @@ class Queues:
             assignments = place_partitions(
                 nodes, self._all_assignments(), spec.partitions, spec.replication_factor
             )
+            data_key = self.c.crypto.first_key(name, spec)  # encryption at rest
         else:
             # Idempotent re-create: the metadata machine answers (same spec ->
             # the queue, different -> AlreadyExists); never place twice.
             assignments = self.node.view.assignments(name)
+            data_key = None
         await self.node.submit_metadata(
             meta.CreateQueue(
-                name=name, config=spec, assignments=tuple(assignments), now_ms=now_ms()
+                name=name,
+                config=spec,
+                assignments=tuple(assignments),
+                now_ms=now_ms(),
+                data_key=data_key,
             )
         )
         await self._wait_for_leaders(name)
@@ -131,6 +137,8 @@ class Queues:
         remote = await self._metadata_call(forwarded, "DeleteQueue", request)
         if remote is None:
             await self.node.submit_metadata(meta.DeleteQueue(name=name))
+            # Crypto-shredding reaches the journals (core/metadata_commands.py).
+            await self.node.submit_metadata(meta.ShredKeys(queue=name))
 
     def _check_dead_letter(self, name: str, spec: QueueSpec) -> None:
         """The DLQ exists, is not the queue itself, and following DLQs from it

@@ -53,11 +53,12 @@ class Reader:
             if res.records or remaining <= 0:
                 break
             await self.c.wakeups.wait(keys, seen, remaining)
-        messages = [convert.message_pb(q.name, part, r) for r in res.records]
+        records = self.c.crypto.open_read(q, part, replica, res.records)
+        messages = [convert.message_pb(q.name, part, r) for r in records]
         keep = bounds.within_bytes(messages, self.limits.max_receive_bytes)
         next_offset = res.next_offset if res.records else offset
         if keep < len(messages):  # a partial batch: the caller reads on from here
-            messages, next_offset = messages[:keep], res.records[keep].offset
+            messages, next_offset = messages[:keep], records[keep].offset
         return queue_pb2.ReadResponse(
             messages=messages,
             next_offset=next_offset,

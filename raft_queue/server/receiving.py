@@ -126,7 +126,7 @@ class Receiver:
         except BaseException:
             undo(stands)
             raise
-        return _messages(q, _withdraw(stands, keep=True), self.c.receipts)
+        return _messages(q, _withdraw(stands, keep=True), self.c.receipts, self.c.crypto)
 
     async def _round(self, q: Any, consumer: str, max_n: int, visibility: int) -> list[Any]:
         """One immediate attempt: local leaders, then the other leader nodes."""
@@ -298,7 +298,7 @@ class Receiver:
         finally:
             waker.cancel()
         claimed = _withdraw(stands, keep=True)
-        return _messages(q, claimed, self.c.receipts), not claimed
+        return _messages(q, claimed, self.c.receipts, self.c.crypto), not claimed
 
     async def _lease_local(
         self, q: Any, consumer: str, max_n: int, visibility: int, out: list[Any]
@@ -318,7 +318,10 @@ class Receiver:
                     res = await _submit_lease(replica, lease, self.c.timeout_s)
                 except errors.QueueError:
                     continue  # lost leadership or timed out: other partitions still serve
-                out.extend(convert.lease_messages(q.name, part, q.uid, res, self.c.receipts))
+                opener = self.c.crypto.opener(q.name, q.uid, part)
+                out.extend(
+                    convert.lease_messages(q.name, part, q.uid, res, self.c.receipts, opener)
+                )
         except asyncio.CancelledError:
             if out:
                 asyncio.ensure_future(self.give_back(q, list(out)))
@@ -441,9 +444,17 @@ def _withdraw(stands: list[Stand], keep: bool) -> list[tuple[int, Any]]:
     return kept
 
 
-def _messages(q: Any, claimed: list[tuple[int, Any]], receipts: Receipts) -> list[Any]:
+def _messages(
+    q: Any, claimed: list[tuple[int, Any]], receipts: Receipts, crypto: Any = None
+) -> list[Any]:
     lease_messages = convert.lease_messages
-    return [m for part, res in claimed for m in lease_messages(q.name, part, q.uid, res, receipts)]
+    return [
+        m
+        for part, res in claimed
+        for m in lease_messages(
+            q.name, part, q.uid, res, receipts, crypto and crypto.opener(q.name, q.uid, part)
+        )
+    ]
 
 
 def _recheck_s(replicas: list[PartitionReplica]) -> float:

@@ -118,7 +118,8 @@ class Sender:
         if replica is not None:
             node = self.c.node
             node.disk.check_send(q.name, part, node.partition_replicas(q.name, part))
-            command = cmd.AppendBlobs(blobs[0], now_ms(), request_id, blobs[1])
+            sealed, summary = self.c.crypto.seal(q, part, *blobs)  # before the Raft log
+            command = cmd.AppendBlobs(sealed, now_ms(), request_id, summary)
             res, reached = await self.c.submit_append(replica, command)
             metrics.count_sent(q.name, part, len(indexes))
             durability = convert.DURABILITY[reached]

@@ -250,6 +250,10 @@ class LocalCluster:
         return self.base_dir / "cluster.secret"
 
     @property
+    def keyring_path(self) -> Path:
+        return self.base_dir / "keyring.json"
+
+    @property
     def token(self) -> str:
         """The cluster's admin token (base_dir/admin.token, 0600; its SHA-256
         in base_dir/admin.tokens, the nodes' ``admin_tokens_file``). Made on
@@ -281,9 +285,11 @@ class LocalCluster:
         return ["", "[tls]", *(f"{k} = {_toml(v)}" for k, v in keys.items())]
 
     def write_configs(self) -> None:
+        from raft_queue.security.keyring import generate_keyring_file
         from raft_queue.security.secret import generate_secret_file
 
         generate_secret_file(self.secret_path)
+        generate_keyring_file(self.keyring_path)  # encryption at rest: one master key
         self.token  # noqa: B018 (makes admin.token and admin.tokens once)
         if self.tls:
             from raft_queue.security.tls import write_dev_tls
@@ -291,6 +297,7 @@ class LocalCluster:
             write_dev_tls(self.tls_dir, [s.node_id for s in self.specs], (CLIENT_PRINCIPAL,))
         security = {
             "cluster_secret_file": str(self.secret_path),
+            "keyring_file": str(self.keyring_path),
             "admin_tokens_file": str(self.base_dir / "admin.tokens"),
             **self.security,
         }

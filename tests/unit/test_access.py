@@ -77,6 +77,11 @@ def test_every_rpc_has_an_operation_and_unknown_ones_need_admin():
             if field:
                 assert field in m.input_type.fields_by_name, (m.name, field)
     assert access.rpc_operation("/raft_queue.v1.QueueService/Send") == ("send", "queue")
+    # Encryption at rest: a queue's data key is rotated by whoever manages the
+    # queue; rewrapping every key under a new master key is admin.
+    rotate = access.rpc_operation("/raft_queue.v1.AdminService/RotateQueueKey")
+    assert rotate == ("manage", "queue")
+    assert access.rpc_operation("/raft_queue.v1.AdminService/RotateMasterKey") == ("admin", "")
     # Node-to-node calls are NodeService's (the node-identity door), not a grant.
     assert access.rpc_operation("/raft_queue.v1.AdminService/Heartbeat") == ("admin", "")
     assert access.rpc_operation("/raft_queue.v1.AdminService/Whatever") == ("admin", "")

@@ -538,3 +538,29 @@ class FlushUsageResponse(_message.Message):
     APPLIED_SEQ_FIELD_NUMBER: _ClassVar[int]
     applied_seq: int
     def __init__(self, applied_seq: _Optional[int] = ...) -> None: ...
+
+class RotateQueueKeyRequest(_message.Message):
+    __slots__ = ("queue",)
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    def __init__(self, queue: _Optional[str] = ...) -> None: ...
+
+class RotateQueueKeyResponse(_message.Message):
+    __slots__ = ("key_id", "master_id")
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ID_FIELD_NUMBER: _ClassVar[int]
+    key_id: int
+    master_id: str
+    def __init__(self, key_id: _Optional[int] = ..., master_id: _Optional[str] = ...) -> None: ...
+
+class RotateMasterKeyRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RotateMasterKeyResponse(_message.Message):
+    __slots__ = ("rewrapped", "master_id")
+    REWRAPPED_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ID_FIELD_NUMBER: _ClassVar[int]
+    rewrapped: int
+    master_id: str
+    def __init__(self, rewrapped: _Optional[int] = ..., master_id: _Optional[str] = ...) -> None: ...

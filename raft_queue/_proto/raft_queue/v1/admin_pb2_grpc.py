@@ -129,6 +129,16 @@ class AdminServiceStub:
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetUsageRequest.SerializeToString,
                 response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetUsageResponse.FromString,
                 _registered_method=True)
+        self.RotateQueueKey = channel.unary_unary(
+                '/raft_queue.v1.AdminService/RotateQueueKey',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.RotateQueueKeyRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.RotateQueueKeyResponse.FromString,
+                _registered_method=True)
+        self.RotateMasterKey = channel.unary_unary(
+                '/raft_queue.v1.AdminService/RotateMasterKey',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.RotateMasterKeyRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.RotateMasterKeyResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -253,6 +263,21 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RotateQueueKey(self, request, context):
+        """Encryption at rest (on the metadata leader): a new data key for a queue
+        (new messages use it, old ones stay readable), and rewrapping every data
+        key under the key provider's current master key.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RotateMasterKey(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -350,6 +375,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetUsage,
                     request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetUsageRequest.FromString,
                     response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetUsageResponse.SerializeToString,
+            ),
+            'RotateQueueKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.RotateQueueKey,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.RotateQueueKeyRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.RotateQueueKeyResponse.SerializeToString,
+            ),
+            'RotateMasterKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.RotateMasterKey,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.RotateMasterKeyRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.RotateMasterKeyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -865,6 +900,60 @@ class AdminService:
             '/raft_queue.v1.AdminService/GetUsage',
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetUsageRequest.SerializeToString,
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GetUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RotateQueueKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.AdminService/RotateQueueKey',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.RotateQueueKeyRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.RotateQueueKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RotateMasterKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.AdminService/RotateMasterKey',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.RotateMasterKeyRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.RotateMasterKeyResponse.FromString,
             options,
             channel_credentials,
             insecure,

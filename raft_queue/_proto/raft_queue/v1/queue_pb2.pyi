@@ -28,7 +28,7 @@ ORDERING_NONE: Ordering
 ORDERING_FIFO: Ordering
 
 class QueueConfig(_message.Message):
-    __slots__ = ("partitions", "replication_factor", "durability", "ordering", "visibility_timeout_ms", "max_receives", "dead_letter_queue", "retention_ms", "retention_bytes", "max_message_bytes", "dedup_window_ms", "delay_ms")
+    __slots__ = ("partitions", "replication_factor", "durability", "ordering", "visibility_timeout_ms", "max_receives", "dead_letter_queue", "retention_ms", "retention_bytes", "max_message_bytes", "dedup_window_ms", "delay_ms", "encryption")
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
     DURABILITY_FIELD_NUMBER: _ClassVar[int]
@@ -41,6 +41,7 @@ class QueueConfig(_message.Message):
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     DEDUP_WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
     DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    ENCRYPTION_FIELD_NUMBER: _ClassVar[int]
     partitions: int
     replication_factor: int
     durability: Durability
@@ -53,7 +54,8 @@ class QueueConfig(_message.Message):
     max_message_bytes: int
     dedup_window_ms: int
     delay_ms: int
-    def __init__(self, partitions: _Optional[int] = ..., replication_factor: _Optional[int] = ..., durability: _Optional[_Union[Durability, str]] = ..., ordering: _Optional[_Union[Ordering, str]] = ..., visibility_timeout_ms: _Optional[int] = ..., max_receives: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ...) -> None: ...
+    encryption: bool
+    def __init__(self, partitions: _Optional[int] = ..., replication_factor: _Optional[int] = ..., durability: _Optional[_Union[Durability, str]] = ..., ordering: _Optional[_Union[Ordering, str]] = ..., visibility_timeout_ms: _Optional[int] = ..., max_receives: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ..., encryption: _Optional[bool] = ...) -> None: ...
 
 class QueueInfo(_message.Message):
     __slots__ = ("name", "config", "created_ms", "messages", "in_flight", "delayed", "dead", "oldest_message_age_ms", "bytes")
