@@ -60,6 +60,9 @@ class CampaignConfig:
     replication: int = 3
     durability: str = "fsync"
     ordering: str = "none"
+    # Encryption at rest (on by default, as for every queue); the power-loss
+    # test turns it off because it reads bodies straight from the journals.
+    encryption: bool = True
     nemeses: list[str] = field(default_factory=lambda: list(FACTORIES))
     warmup_s: float = 3.0
     quiet_s: float = 5.0
@@ -227,6 +230,7 @@ def create_queue(cluster: ChaosCluster, config: CampaignConfig) -> None:
                     retention_ms=RETENTION_MS,
                     durability=config.durability,
                     ordering=config.ordering,
+                    encryption=config.encryption,
                 )
                 break
             except QueueError:
