@@ -2,7 +2,7 @@
 
 The real server (Shopify's Go binary) cannot be installed here, so this one speaks the
 same API (paths, status codes, JSON shapes, ``{"error", "status"}`` bodies; see
-``/work/shared/CHAOS.md``) and the real ``toxiproxy-python`` client drives it.
+``../shared/CHAOS.md``) and the real ``toxiproxy-python`` client drives it.
 
 Use it in-process (tests) or as a process::
 
