@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -29,10 +30,13 @@ needs_history = pytest.mark.skipif(
 )
 
 
-def module_cluster(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[LocalCluster]:
+def module_cluster(
+    tmp_path_factory: pytest.TempPathFactory, name: str, **options: Any
+) -> Iterator[LocalCluster]:
     """A 3-node cluster for a whole test module (tests use distinct queues);
-    the delivery test modules share this, each with its own cluster."""
-    c = LocalCluster(Path(tmp_path_factory.mktemp(name)) / "cluster", nodes=3)
+    the delivery test modules share this, each with its own cluster.
+    ``options``: more LocalCluster arguments (e.g. ``tls=True``)."""
+    c = LocalCluster(Path(tmp_path_factory.mktemp(name)) / "cluster", nodes=3, **options)
     c.start()
     try:
         c.wait_ready(60)

@@ -13,7 +13,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -24,35 +23,22 @@ from raft_queue.client.aio import AsyncClient
 from raft_queue.errors import QueueError
 from raft_queue.security.tls import write_dev_tls
 from raft_queue.testing.cluster import LocalCluster, free_block
+from tests.integration.test_delivery import module_cluster
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).parents[2]
 
 
-def _start(base: Path, **kwargs: Any) -> Iterator[LocalCluster]:
-    c = LocalCluster(base, nodes=3, tls=True, **kwargs)
-    c.start()
-    try:
-        c.wait_ready(60)
-        yield c
-    except BaseException:
-        for i in range(c.nodes):
-            print(f"--- n{i + 1} log tail ---")
-            print("\n".join(c.log_path(i).read_text(errors="replace").splitlines()[-30:]))
-        raise
-    finally:
-        c.stop()
-
-
 @pytest.fixture(scope="module")
 def tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    yield from _start(tmp_path_factory.mktemp("tls"))
+    yield from module_cluster(tmp_path_factory, "tls", tls=True)
 
 
 @pytest.fixture(scope="module")
 def mtls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    yield from _start(tmp_path_factory.mktemp("mtls"), tls_options={"require_client_cert": True})
+    options = {"require_client_cert": True}
+    yield from module_cluster(tmp_path_factory, "mtls", tls=True, tls_options=options)
 
 
 def _queue(c: LocalCluster, name: str) -> tuple[str, str]:
