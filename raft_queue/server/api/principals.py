@@ -58,6 +58,7 @@ class Principals:
         return admin_pb2.DeletePrincipalResponse()
 
     def list(self, req: Any) -> Any:
+        self._require_leader()  # read your own writes, as for quotas
         found = self.node.view.principals()
         if req.name:
             found = [p for p in found if p.name == req.name]

@@ -101,6 +101,9 @@ class Quotas:
         return quota_pb(await self.node.submit_metadata(meta.RemoveQuota(req.principal, req.queue)))
 
     def list(self, req: Any) -> Any:
+        # Served by the metadata leader, as set/remove are: a list right after a
+        # change (another process, another node) sees it.
+        self._require_leader()
         found = [
             x for x in self.node.view.quotas() if not req.principal or x.principal == req.principal
         ]
