@@ -55,7 +55,7 @@ def check_name(
 
 def check_queue_name(name: str, field_name: str = "name") -> None:
     """The one queue-name rule: 1..80 characters (as SQS) of [A-Za-z0-9_.-],
-    not starting with a separator. The front end (server/convert.py) and the
+    not starting with a separator. The front end (server/api/convert.py) and the
     metadata machine both check it."""
     check_name(field_name, name, QUEUE_NAME_MAX)
 
@@ -194,7 +194,7 @@ class Limits:
     # The largest gRPC message the node takes or sends.
     max_request_bytes: int = 64 * MIB
     # How long a lingering lease waits for its consumer's next Receive
-    # (server/lingering.py); 0 = never linger.
+    # (server/dataplane/lingering.py); 0 = never linger.
     receive_linger_ms: int = 50
     # Headers per message and bytes of one header name (UTF-8).
     max_headers: int = 64
@@ -320,7 +320,7 @@ class HealthConfig:
 @dataclass(frozen=True, slots=True)
 class StorageConfig:
     """``[storage]``: the free-space watermark of the disk holding ``data_dir``
-    (server/disk.py). Below either threshold the node is "low on disk":
+    (server/control/disk.py). Below either threshold the node is "low on disk":
     sends to every partition with a replica on it are refused
     (RESOURCE_EXHAUSTED naming the node and the disk; acks, receives and
     reads go on, and acks free space), and its replicas hand leadership

@@ -2,7 +2,7 @@
 
 Every error the system raises on purpose is a QueueError subclass. Each class
 says when it is raised and whether a client may retry it. Only
-``server/status.py`` maps these to gRPC status codes; the client holds the
+``server/api/status.py`` maps these to gRPC status codes; the client holds the
 reverse map (``client/errors.py``). Library errors are translated where they
 enter (``raise ... from exc``).
 """

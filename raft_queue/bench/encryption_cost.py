@@ -32,7 +32,7 @@ from raft_queue.config import QueueSpec
 from raft_queue.core.sealing import open_records, seal_blobs
 from raft_queue.core.segments import Segment, encode_body, segment_value
 from raft_queue.security.encryption import decrypt, encrypter
-from raft_queue.server.convert import record_blobs
+from raft_queue.server.api.convert import record_blobs
 from raft_queue.testing.cluster import LocalCluster
 
 

@@ -1,7 +1,7 @@
 """``raftq controller list|add|remove``: the metadata group's voters.
 
 A change is recorded by the metadata leader and made by it through Raft
-membership change, one at a time (server/controllers.py); the command waits
+membership change, one at a time (server/control/controllers.py); the command waits
 until it is finished unless ``--no-wait``.
 """
 

@@ -3,7 +3,7 @@ and the steps behind ``raftq node drain/remove``.
 
 Every call goes to the metadata leader (any node answers NotLeader with its
 address, which the SDK follows). A move is recorded by the leader and run by
-its mover (server/mover.py); ``--wait`` and plan execution poll ListMoves
+its mover (server/control/mover.py); ``--wait`` and plan execution poll ListMoves
 until the partition's move is gone. Plans (rebalance, drain, leaders) are
 computed by the leader (core/planner.py) and executed here one step at a
 time, so a plan runs as long as this command does (Ctrl-C stops after the

@@ -156,7 +156,7 @@ def send_batch(
     leader, one RPC per leader per chunk of ``MAX_BATCH``, in sequence.
     Each RPC carries a random request id that its retries repeat, so a retry
     is stored once (``SendRequest.request_id``). A queue we do not find is
-    left to the server's one decision (server/autocreate.py): the first chunk
+    left to the server's one decision (server/dataplane/autocreate.py): the first chunk
     goes to any node with ``SendRequest.create`` = ``create`` and is placed
     there; the node creates the queue if asked to or if the cluster's
     ``auto_create_queues`` is on, and answers NotFound otherwise."""

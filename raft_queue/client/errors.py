@@ -1,4 +1,4 @@
-"""gRPC error -> QueueError: the reverse of ``server/status.py``, held once by the client.
+"""gRPC error -> QueueError: the reverse of ``server/api/status.py``, held once by the client.
 
 The server names the error class in the ``raftq-error`` trailer (plus
 ``raftq-field`` and ``raftq-leader``), so the exact class, field and leader

@@ -73,7 +73,7 @@ class Router:
         self._closed = False
         # Names this client's receives when the caller gives no consumer id:
         # delivery history shows it, and the server keeps a lingering lease
-        # for a consumer it can recognise (server/lingering.py).
+        # for a consumer it can recognise (server/dataplane/lingering.py).
         self.consumer_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         # Call metadata every RPC carries (the bearer token: client/credentials.py).
         self.metadata: tuple[tuple[str, str], ...] = ()

@@ -8,7 +8,7 @@ A node is *alive* (``/healthz``) while its event loop answers. It is *ready*
   within ``health.quorum_timeout_s`` (replication/raft.py ``in_contact``). A
   non-voter: its last metadata poll reached a voter that knew a leader.
 - ``disk``: its data directory's file system is above the ``[storage]``
-  watermark (server/disk.py: the same rule that refuses sends).
+  watermark (server/control/disk.py: the same rule that refuses sends).
 - ``not_stopping``: it has not begun shutting down.
 
 ``HealthMonitor.run_forever`` re-checks every ``health.check_period_s`` and

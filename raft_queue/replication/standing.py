@@ -10,7 +10,7 @@ answers. A message sent to a waiting consumer therefore costs one Raft round
 (append and lease together), not two (append; wake; lease), as a push
 consumer of NATS or RabbitMQ gets it without a second trip.
 
-A *lingering* request (server/lingering.py) is one left for a consumer
+A *lingering* request (server/dataplane/lingering.py) is one left for a consumer
 between two of its Receives; ``claim`` puts those after every request of a
 poll waiting now, so a lingering lease never takes a message from a
 consumer that is there.
@@ -32,7 +32,7 @@ long poll is).
 Threads: ``stand`` and ``withdraw`` run on the asyncio loop (any thread);
 ``claim`` runs on the driver thread. A request is claimed at most once; after
 ``withdraw`` returned False its lease was (or is being) taken, and the caller
-must give back what the future brings (see server/receiving.py).
+must give back what the future brings (see server/dataplane/receiving.py).
 """
 
 from __future__ import annotations

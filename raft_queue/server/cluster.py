@@ -17,11 +17,11 @@ from typing import Any
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2, queue_pb2
 from raft_queue.replication.partition import PartitionReplica
-from raft_queue.server.encryption import NodeCrypto
+from raft_queue.server.dataplane.encryption import NodeCrypto
+from raft_queue.server.dataplane.receipts import Receipts
+from raft_queue.server.dataplane.wakeups import Wakeups
 from raft_queue.server.node import Node
 from raft_queue.server.peers import Peers
-from raft_queue.server.receipts import Receipts
-from raft_queue.server.wakeups import Wakeups
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ class Cluster:
         self.timeout_s = timeout_s
         self.routes: dict[tuple[str, int], str] = {}
         self.receipts = Receipts(node.secret)  # makes and checks receipt strings
-        self.crypto = NodeCrypto(node)  # encryption at rest (server/encryption.py)
+        self.crypto = NodeCrypto(node)  # encryption at rest (server/dataplane/encryption.py)
         self._rr = itertools.count()
 
     @property

@@ -36,21 +36,21 @@ from raft_queue.observability.node import NodeObservability
 from raft_queue.security.files import private_files
 from raft_queue.security.keyring import load_key_provider
 from raft_queue.security.secret import node_secret
-from raft_queue.server.admin_service import AdminService
 from raft_queue.server.api import door
+from raft_queue.server.api.admin_service import AdminService
 from raft_queue.server.api.auth import door_for
 from raft_queue.server.api.concurrency import ConcurrencyLimit, server_options
+from raft_queue.server.api.node_service import NodeService, registration_loop
+from raft_queue.server.api.queue_service import QueueService
 from raft_queue.server.api.usage import UsageFlusher
 from raft_queue.server.cluster import Cluster
-from raft_queue.server.housekeeping import Housekeeper
-from raft_queue.server.liveness import Liveness
-from raft_queue.server.metadata_follower import follow_metadata
-from raft_queue.server.mover import Mover
+from raft_queue.server.control.housekeeping import Housekeeper
+from raft_queue.server.control.liveness import Liveness
+from raft_queue.server.control.metadata_follower import follow_metadata
+from raft_queue.server.control.mover import Mover
+from raft_queue.server.control.operations import Operations
 from raft_queue.server.node import Node
-from raft_queue.server.node_service import NodeService, registration_loop
-from raft_queue.server.operations import Operations
 from raft_queue.server.peers import Peers
-from raft_queue.server.queue_service import QueueService
 from raft_queue.server.tls import NodeTls
 
 log = logging.getLogger("raft_queue.node")
@@ -143,7 +143,7 @@ async def serve(config: config_mod.NodeConfig) -> None:
     usage = UsageFlusher(cluster, tokens.meter.usage)  # server/api/usage.py
     tasks.append(asyncio.create_task(usage.run_forever()))
     # Polls a voter's copy while this node has no (caught-up) metadata replica:
-    # not a voter, or added or removed as one (server/controllers.py).
+    # not a voter, or added or removed as one (server/control/controllers.py).
     tasks.append(asyncio.create_task(follow_metadata(cluster)))
     tune_gc()
     secure = " (TLS)" if tls.enabled else ""

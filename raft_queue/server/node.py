@@ -36,11 +36,11 @@ from raft_queue.replication.metadata import MetadataReplica
 from raft_queue.replication.partition import PartitionReplica
 from raft_queue.replication.raft import check_version
 from raft_queue.security.secret import RAFT_LINK, derive_key
-from raft_queue.server.bounds import bound_replica
-from raft_queue.server.controllers import load_role
-from raft_queue.server.convert import partition_config
-from raft_queue.server.disk import DiskHealth
-from raft_queue.server.wakeups import Wakeups
+from raft_queue.server.api.convert import partition_config
+from raft_queue.server.control.controllers import load_role
+from raft_queue.server.control.disk import DiskHealth
+from raft_queue.server.dataplane.bounds import bound_replica
+from raft_queue.server.dataplane.wakeups import Wakeups
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class Node:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.wakeups: Wakeups
         self.started_at = time.monotonic()
-        # Free-space watermark and fail-stopped replicas (server/disk.py).
+        # Free-space watermark and fail-stopped replicas (server/control/disk.py).
         self.disk = DiskHealth(self.id, config.data_dir, config.storage)
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -116,7 +116,7 @@ class Node:
         self._loop = loop
         self.wakeups = Wakeups(loop)
         self.host.start()
-        # The role recorded by the last controller change (server/controllers.py)
+        # The role recorded by the last controller change (server/control/controllers.py)
         # wins over the config, whose controller list only bootstraps the group.
         role = load_role(self.config, self.controllers)
         self.controllers = role.peers
@@ -321,7 +321,7 @@ class Node:
                 self._leader_since.pop(key, None)
                 continue
             since = self._leader_since.setdefault(key, now)
-            if self.disk.is_low(self.id):  # short of space: lead nothing (server/disk.py)
+            if self.disk.is_low(self.id):  # short of space: lead nothing (server/control/disk.py)
                 away = self._healthy_peer_address(key)
                 if away is not None:
                     self.host.call(partial(replica.transferLeadership, away))

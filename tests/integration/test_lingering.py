@@ -1,4 +1,4 @@
-"""Lingering leases (server/lingering.py) on a 3-node cluster: a consumer that
+"""Lingering leases (server/dataplane/lingering.py) on a 3-node cluster: a consumer that
 comes back quickly finds the messages sent while it was away already leased
 to it, in the Append's own Raft entry; a lingering lease nobody takes up is
 undone, the messages' receive counts and histories as if it never was.

@@ -15,7 +15,7 @@ from raft_queue.observability import metrics
 from raft_queue.replication.host import RaftHost
 from raft_queue.replication.partition import PartitionReplica
 from raft_queue.replication.standing import StandingLeases
-from raft_queue.server import bounds
+from raft_queue.server.dataplane import bounds
 from raft_queue.testing.cluster import free_port
 
 

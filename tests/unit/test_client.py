@@ -6,7 +6,7 @@ records every call per node, can be told who leads each partition (and then
 answers NotLeader with the leader's address, as a node that cannot forward
 would), and can fail calls on cue with any QueueError, before or after
 applying them (a lost response). Errors go through the real
-``server/status.py``, so these tests also exercise the wire mapping.
+``server/api/status.py``, so these tests also exercise the wire mapping.
 ``test_cli.py`` reuses it.
 """
 
@@ -26,7 +26,7 @@ from raft_queue._proto.raft_queue.v1 import admin_pb2, admin_pb2_grpc, queue_pb2
 from raft_queue.client import Backoff, OutgoingMessage
 from raft_queue.client.partitioner import partition_for_key
 from raft_queue.client.retry import Retrier
-from raft_queue.server.status import abort_with_sync
+from raft_queue.server.api.status import abort_with_sync
 
 QUEUE_RPCS = [m.name for m in queue_pb2.DESCRIPTOR.services_by_name["QueueService"].methods]
 ADMIN_RPCS = [m.name for m in admin_pb2.DESCRIPTOR.services_by_name["AdminService"].methods]

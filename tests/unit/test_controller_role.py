@@ -1,4 +1,4 @@
-"""server/controllers.py: the role a node records in its data dir, and the
+"""server/control/controllers.py: the role a node records in its data dir, and the
 live-majority rule for changing the metadata group's voters."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from raft_queue import errors
-from raft_queue.server.controllers import Role, check_majority, load_role, save_role
+from raft_queue.server.control.controllers import Role, check_majority, load_role, save_role
 
 VOTERS = {"n1": "h:1", "n2": "h:2", "n3": "h:3"}
 

@@ -1,5 +1,5 @@
 """The leader's conversions between protobuf and the partition machine
-(``server/convert.py``): no sockets, a MemoryStore machine where needed."""
+(``server/api/convert.py``): no sockets, a MemoryStore machine where needed."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from raft_queue.core.commands import Append, AppendBlobs, Lease, NewRecord, Rece
 from raft_queue.core.partition import PartitionMachine
 from raft_queue.core.results import LeaseResult
 from raft_queue.core.segments import summarize
-from raft_queue.server import convert
-from raft_queue.server import receipts as receipt_strings
-from raft_queue.server.receipts import Receipts
+from raft_queue.server.api import convert
+from raft_queue.server.dataplane import receipts as receipt_strings
+from raft_queue.server.dataplane.receipts import Receipts
 from raft_queue.storage import MemoryStore
 
 ENTRIES = [
@@ -120,7 +120,7 @@ def test_request_ids_are_bounded() -> None:
 
 
 def test_receipts_response_in_full_or_failures_only() -> None:
-    from raft_queue.server.receipt_results import receipts_response
+    from raft_queue.server.api.receipt_results import receipts_response
 
     forwarded_ok = queue_pb2.ReceiptResult(receipt="r2", ok=True)
     forwarded_bad = queue_pb2.ReceiptResult(receipt="r3", ok=False, error="x")
@@ -143,7 +143,7 @@ def test_receipts_response_in_full_or_failures_only() -> None:
 
 
 def test_send_response_as_runs_merges_consecutive_offsets_only() -> None:
-    from raft_queue.server.sending import response
+    from raft_queue.server.dataplane.sending import response
 
     fsync = queue_pb2.DURABILITY_FSYNC
     forwarded = queue_pb2.SendResult(partition=1, offset=9, duplicate=False, durability=fsync)

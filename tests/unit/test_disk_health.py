@@ -1,4 +1,4 @@
-"""The free-space watermark and the cluster's low-disk map (server/disk.py),
+"""The free-space watermark and the cluster's low-disk map (server/control/disk.py),
 against the real file system of a temporary directory (statvfs)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from raft_queue import errors
 from raft_queue.config import ConfigError, StorageConfig
 from raft_queue.core.metadata import ReplicaRef
-from raft_queue.server.disk import DiskHealth, low_space
+from raft_queue.server.control.disk import DiskHealth, low_space
 
 
 def test_below_either_threshold_is_low_and_says_which(tmp_path: Path) -> None:

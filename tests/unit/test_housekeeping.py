@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from raft_queue.config import QueueSpec
-from raft_queue.server import housekeeping
-from raft_queue.server.housekeeping import IDLE_EXPIRE_S, Housekeeper
+from raft_queue.server.control import housekeeping
+from raft_queue.server.control.housekeeping import IDLE_EXPIRE_S, Housekeeper
 from raft_queue.server.node import ReplicaKey
 
 KEY = ReplicaKey("q", 1, 0)

@@ -10,7 +10,7 @@ import pytest
 
 from raft_queue.config import ClusterTuning
 from raft_queue.core import metadata as meta
-from raft_queue.server.liveness import Liveness, judge
+from raft_queue.server.control.liveness import Liveness, judge
 
 TUNING = ClusterTuning(heartbeat_period_s=1.0, suspect_after_s=5.0, dead_after_s=30.0)
 

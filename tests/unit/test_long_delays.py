@@ -25,7 +25,7 @@ from raft_queue.core.commands import (
 )
 from raft_queue.core.partition import PartitionMachine
 from raft_queue.errors import InvalidArgument
-from raft_queue.server import convert
+from raft_queue.server.api import convert
 from raft_queue.storage import MemoryStore
 from raft_queue.testing.clock import FakeClock
 

@@ -18,8 +18,8 @@ from raft_queue.core import quotas as q
 from raft_queue.core import usage as u
 from raft_queue.core.metadata_records import PartitionAssignment, ReplicaRef
 from raft_queue.server.api.quota import QuotaGate
+from raft_queue.server.api.status import to_status
 from raft_queue.server.api.usage import UsageCounter
-from raft_queue.server.status import to_status
 from raft_queue.testing.clock import FakeClock
 
 # ---- the bucket ---------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Receipts carry a MAC (server/receipts.py): a receipt the cluster did not
+"""Receipts carry a MAC (server/dataplane/receipts.py): a receipt the cluster did not
 issue, or one with any field changed, is refused before anything is parsed
 into a command; a genuine one parses as before."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from raft_queue import errors
 from raft_queue.core.commands import ReceiptRun
-from raft_queue.server.receipts import FORGED, MAC_HEX, UNSIGNED, HmacSha256, Receipts
+from raft_queue.server.dataplane.receipts import FORGED, MAC_HEX, UNSIGNED, HmacSha256, Receipts
 
 SECRET = b"\x01" * 32
 BOOK = Receipts(SECRET)

@@ -1,4 +1,4 @@
-"""QueueError <-> gRPC status: server/status.py one way, client/errors.py back.
+"""QueueError <-> gRPC status: server/api/status.py one way, client/errors.py back.
 
 Every QueueError class must have an explicit mapping, and what the server
 sends must come back to the client as the same class, message, field and
@@ -17,7 +17,7 @@ import pytest
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2, queue_pb2_grpc
 from raft_queue.client.errors import ERROR_CLASSES, from_rpc_error
-from raft_queue.server import status
+from raft_queue.server.api import status
 
 C = grpc.StatusCode
 
@@ -97,7 +97,7 @@ def assert_same_error(got: errors.QueueError, sent: errors.QueueError) -> None:
 
 @pytest.mark.parametrize("cls", all_error_classes(), ids=lambda c: c.__name__)
 def test_every_error_class_has_an_explicit_status_code(cls):
-    assert cls in status.STATUS_CODES, f"add {cls.__name__} to server/status.py"
+    assert cls in status.STATUS_CODES, f"add {cls.__name__} to server/api/status.py"
     assert cls in EXPECTED_CODES, f"add {cls.__name__} to this test's expectations"
     code, _details, _trailers = status.to_status(sample(cls))
     assert code == EXPECTED_CODES[cls]

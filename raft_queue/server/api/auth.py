@@ -34,8 +34,8 @@ from raft_queue.errors import PermissionDenied, QueueError, Unauthenticated
 from raft_queue.security.audit import AuditLog
 from raft_queue.security.identity import Authenticator, Identity
 from raft_queue.security.node_identity import VERIFIED_NODE
+from raft_queue.server.api.status import abort_with
 from raft_queue.server.api.usage import METERED
-from raft_queue.server.status import abort_with
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             identity = await self._admit(method, op, None if listing else queue, context)
             if creating and request.create and not identity.allows(access.MANAGE, queue):
                 # A Send that may create its queue is a manage operation too
-                # (server/autocreate.py): nothing is sent or created.
+                # (server/dataplane/autocreate.py): nothing is sent or created.
                 self._audit_line(identity.name, access.MANAGE, method, queue, "denied", context)
                 await abort_with(context, _denied(identity, access.MANAGE, queue))
             if not audited:

@@ -26,7 +26,7 @@ from raft_queue import errors
 from raft_queue.config import Limits
 from raft_queue.observability import metrics
 from raft_queue.server.api.node_identity import FORWARDED_KEY
-from raft_queue.server.status import abort_with
+from raft_queue.server.api.status import abort_with
 
 GUARDED = ("/raft_queue.v1.QueueService/", "/raft_queue.v1.AdminService/")
 

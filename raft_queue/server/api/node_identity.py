@@ -45,7 +45,7 @@ from raft_queue.security.node_identity import (
     NodeSigner,
     NodeVerifier,
 )
-from raft_queue.server.status import abort_with
+from raft_queue.server.api.status import abort_with
 
 log = logging.getLogger(__name__)
 

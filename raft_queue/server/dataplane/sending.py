@@ -29,7 +29,7 @@ from raft_queue.client.partitioner import partition_for_key
 from raft_queue.core import commands as cmd
 from raft_queue.core.segments import Summary
 from raft_queue.observability import metrics
-from raft_queue.server import convert
+from raft_queue.server.api import convert
 from raft_queue.server.cluster import Cluster
 
 

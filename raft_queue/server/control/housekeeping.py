@@ -31,8 +31,8 @@ from raft_queue.core import commands as cmd
 from raft_queue.observability import metrics
 from raft_queue.replication.partition import PartitionReplica
 from raft_queue.server.cluster import Cluster
+from raft_queue.server.dataplane.sending import Sender, now_ms
 from raft_queue.server.node import ReplicaKey
-from raft_queue.server.sending import Sender, now_ms
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ def dead_letter_entry(
     q: Any, part: int, replica: PartitionReplica, offset: int, crypto: Any = None
 ) -> Any:
     """The SendEntry moving record ``offset`` to the DLQ (decrypted by
-    ``crypto``, server/encryption.py, and re-sealed by the DLQ's own key on
+    ``crypto``, server/dataplane/encryption.py, and re-sealed by the DLQ's own key on
     its way in); None if it is gone."""
     page = replica.read(offset, 1).records
     if not page or page[0].offset != offset:

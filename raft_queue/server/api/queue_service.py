@@ -20,16 +20,17 @@ from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2, queue_pb2_grpc
 from raft_queue.core import commands as cmd
 from raft_queue.observability import metrics
-from raft_queue.server import bounds, convert, receipt_results, sending
-from raft_queue.server.autocreate import AutoCreate
+from raft_queue.server.api import convert, receipt_results
+from raft_queue.server.api.status import abort_with
 from raft_queue.server.cluster import Cluster
+from raft_queue.server.control.queues import Queues
+from raft_queue.server.dataplane import bounds, sending
+from raft_queue.server.dataplane.autocreate import AutoCreate
+from raft_queue.server.dataplane.reading import Reader
+from raft_queue.server.dataplane.receiving import Receiver
+from raft_queue.server.dataplane.sending import Sender
+from raft_queue.server.dataplane.subscribing import Subscriber
 from raft_queue.server.peers import RemoteError, abort_remote, is_forwarded
-from raft_queue.server.queues import Queues
-from raft_queue.server.reading import Reader
-from raft_queue.server.receiving import Receiver
-from raft_queue.server.sending import Sender
-from raft_queue.server.status import abort_with
-from raft_queue.server.subscribing import Subscriber
 
 
 def handled(method: Any) -> Any:

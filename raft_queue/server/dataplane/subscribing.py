@@ -23,7 +23,7 @@ from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.observability import metrics
 from raft_queue.server.cluster import Cluster
-from raft_queue.server.receiving import Receiver
+from raft_queue.server.dataplane.receiving import Receiver
 
 MAX_PUSH_BATCH = 100
 

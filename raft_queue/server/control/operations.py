@@ -18,7 +18,7 @@ from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2
 from raft_queue.core import metadata as meta
 from raft_queue.core import planner
-from raft_queue.server.controllers import check_majority, controllers_pb
+from raft_queue.server.control.controllers import check_majority, controllers_pb
 
 OPERATOR_STATES = ("alive", "draining", "removed")
 
@@ -80,7 +80,7 @@ class Operations:
 
     async def change_controller(self, req: Any, liveness: Any) -> Any:
         """Record a change of the metadata group's voters (one at a time, never
-        leaving fewer than a live majority); server/controllers.py makes it."""
+        leaving fewer than a live majority); server/control/controllers.py makes it."""
         self._require_leader()
         if req.action not in ("add", "remove"):
             raise errors.InvalidArgument("action", "one of add, remove")

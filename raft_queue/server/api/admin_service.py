@@ -1,6 +1,6 @@
 """AdminService: cluster status and operations, for operators and the CLI.
 
-The calls nodes make to each other are NodeService (server/node_service.py),
+The calls nodes make to each other are NodeService (server/api/node_service.py),
 which only signed node calls reach.
 """
 
@@ -11,13 +11,13 @@ from typing import Any
 
 from raft_queue._proto.raft_queue.v1 import admin_pb2, admin_pb2_grpc
 from raft_queue.server.api.principals import Principals
+from raft_queue.server.api.queue_service import handled
 from raft_queue.server.api.quota import Quotas
 from raft_queue.server.api.usage import get_usage
 from raft_queue.server.cluster import Cluster
-from raft_queue.server.controllers import controllers_pb
-from raft_queue.server.liveness import Liveness
-from raft_queue.server.operations import Operations
-from raft_queue.server.queue_service import handled
+from raft_queue.server.control.controllers import controllers_pb
+from raft_queue.server.control.liveness import Liveness
+from raft_queue.server.control.operations import Operations
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         )
 
     # ---- operations (metadata leader) -------------------------------------------------
-    # ---- encryption at rest (metadata leader; server/encryption.py) ---------------------
+    # ---- encryption at rest (metadata leader; server/dataplane/encryption.py) -----------------
     @handled
     async def RotateQueueKey(self, request: Any, context: Any) -> Any:  # noqa: N802
         key = await self.c.crypto.rotate_key(request.queue)

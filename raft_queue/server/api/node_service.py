@@ -21,10 +21,10 @@ from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2, node_pb2_grpc
 from raft_queue.core import metadata as meta
 from raft_queue.server.api import usage
+from raft_queue.server.api.queue_service import handled
 from raft_queue.server.cluster import Cluster
-from raft_queue.server.liveness import Liveness
-from raft_queue.server.members import member_change
-from raft_queue.server.queue_service import handled
+from raft_queue.server.control.liveness import Liveness
+from raft_queue.server.control.members import member_change
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ Two ways in, one decision (``may_create``):
 Either way the queue gets the node's ``[queue_defaults]`` (a QueueSpec;
 ``replication_factor`` left at its default of 3 becomes 1 on a cluster of
 fewer nodes, as CreateQueue does when it is not given). Creation is
-CreateQueue's own path (server/queues.py): idempotent for the same spec,
+CreateQueue's own path (server/control/queues.py): idempotent for the same spec,
 so any number of concurrent first sends make one queue and all succeed;
 a queue created meanwhile with other settings is used as it is.
 
@@ -31,8 +31,8 @@ from typing import Any
 
 from raft_queue import errors
 from raft_queue.config import NodeConfig, QueueSpec
-from raft_queue.server import convert
-from raft_queue.server.queues import Queues
+from raft_queue.server.api import convert
+from raft_queue.server.control.queues import Queues
 
 # A forwarded Send for a queue the forwarding node knows (it may have just
 # created it) waits this long for this node's metadata view to catch up.

@@ -22,9 +22,10 @@ from raft_queue.config import IMMUTABLE_QUEUE_FIELDS, QueueSpec
 from raft_queue.core import commands as cmd
 from raft_queue.core import metadata as meta
 from raft_queue.core.placement import place_partitions
-from raft_queue.server import bounds, convert
+from raft_queue.server.api import convert
 from raft_queue.server.cluster import Cluster
-from raft_queue.server.sending import now_ms
+from raft_queue.server.dataplane import bounds
+from raft_queue.server.dataplane.sending import now_ms
 
 log = logging.getLogger(__name__)
 

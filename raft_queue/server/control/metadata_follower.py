@@ -7,7 +7,7 @@ and adopts any newer image, which wakes its reconciler as a local metadata
 change would. Voters are found through ``seeds`` (gRPC addresses) and the
 recorded voters, then the leader address each answer carries. It also runs
 on voters: it idles while the node has its own metadata replica, and
-serves a voter removed from the group (server/controllers.py) or one still
+serves a voter removed from the group (server/control/controllers.py) or one still
 catching up after being added. The metadata leader learns about the
 node from its heartbeats (``node_service.registration_loop``), as for any
 node. Chosen over a pysyncobj non-voting member, which 0.3.17 does not have.
@@ -52,7 +52,7 @@ def _own_view_suffices(node: Any) -> bool:
     """A voter whose replica knows a leader needs no poll. One that knows none
     polls: it may have been removed as a voter while it was down (its replica
     then never hears of it); the newer view tells it to leave
-    (server/controllers.py)."""
+    (server/control/controllers.py)."""
     md = node.metadata
     return md is not None and not node.metadata_joining and bool(md.leader_address())
 

@@ -54,7 +54,7 @@ class Liveness:
 
     def beat(self, node_id: str, failure: str = "") -> None:
         """A heartbeat. One from a node with a fail-stopped replica (a storage
-        error, server/disk.py) does not count: the node turns suspect, then
+        error, server/control/disk.py) does not count: the node turns suspect, then
         dead, and the repair moves its replicas elsewhere."""
         if failure:
             if node_id not in self.failed:
@@ -94,7 +94,7 @@ class Liveness:
         self._leading = leading
         if not leading:
             return
-        disk = getattr(self.node, "disk", None)  # server/disk.py (absent in some fakes)
+        disk = getattr(self.node, "disk", None)  # server/control/disk.py (absent in some fakes)
         self.beat(self.node.id, disk.failure() if disk is not None else "")
         now_ms = int(time.time() * 1000)
         for node in self.node.view.nodes().values():

@@ -14,8 +14,8 @@ from raft_queue.core.records import plain_blob, to_blob
 from raft_queue.core.results import LeaseResult
 from raft_queue.core.segments import HAS_DEDUP, HAS_KEY, SEALED, Segment, Summary, summarize
 from raft_queue.observability import metrics
-from raft_queue.server import bounds
-from raft_queue.server.receipts import Receipts
+from raft_queue.server.dataplane import bounds
+from raft_queue.server.dataplane.receipts import Receipts
 
 MAX_DEDUP_ID = 128
 MAX_KEY = 1024

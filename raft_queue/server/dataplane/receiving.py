@@ -34,12 +34,13 @@ from raft_queue.core import commands as cmd
 from raft_queue.core.results import OK
 from raft_queue.observability import metrics
 from raft_queue.replication.partition import PartitionReplica
-from raft_queue.server import bounds, convert
+from raft_queue.server.api import convert
 from raft_queue.server.cluster import Cluster
-from raft_queue.server.lingering import Linger, Lingering, Stand
+from raft_queue.server.dataplane import bounds
+from raft_queue.server.dataplane.lingering import Linger, Lingering, Stand
+from raft_queue.server.dataplane.receipts import PartReceipts, Receipts
+from raft_queue.server.dataplane.sending import now_ms
 from raft_queue.server.peers import RemoteError
-from raft_queue.server.receipts import PartReceipts, Receipts
-from raft_queue.server.sending import now_ms
 
 # A waiting Receive re-checks which partitions this node leads at least this
 # often (leadership moves), even when nothing wakes it. In memory, no Raft
@@ -345,7 +346,7 @@ class Receiver:
         q = self.c.node.queue_spec(request.queue)
         if not request.receipts:
             raise errors.InvalidArgument("receipts", "at least one receipt is required")
-        # MACs and fields checked before anything is proposed (server/receipts.py)
+        # MACs and fields checked before anything is proposed (server/dataplane/receipts.py)
         by_part = self.c.receipts.parse(q.name, request.receipts, q.uid, q.spec.partitions)
         results: list[Any] = [None] * len(request.receipts)
 

@@ -14,8 +14,9 @@ from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.core import commands as cmd
 from raft_queue.replication.partition import PartitionReplica
-from raft_queue.server import bounds, convert
+from raft_queue.server.api import convert
 from raft_queue.server.cluster import Cluster
+from raft_queue.server.dataplane import bounds
 
 MAX_READ_MESSAGES = 10_000
 

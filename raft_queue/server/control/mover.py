@@ -25,9 +25,9 @@ from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2
 from raft_queue.core import metadata as meta
 from raft_queue.core import planner
-from raft_queue.server.controllers import ControllerRole
-from raft_queue.server.members import member_change
-from raft_queue.server.operations import assignments, start_step
+from raft_queue.server.control.controllers import ControllerRole
+from raft_queue.server.control.members import member_change
+from raft_queue.server.control.operations import assignments, start_step
 
 log = logging.getLogger(__name__)
 
