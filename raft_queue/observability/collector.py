@@ -15,12 +15,15 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from raft_queue.observability.metrics import METADATA_QUEUE
+
+if TYPE_CHECKING:
+    from raft_queue.server.cluster import Cluster
 
 # A follower at most this many entries behind, heard from within the
 # health quorum timeout, counts as in sync (raftq_partition_replicas_in_sync).
@@ -39,7 +42,7 @@ def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricF
 
 
 class NodeCollector(Collector):
-    def __init__(self, cluster: Any, health: Any) -> None:
+    def __init__(self, cluster: Cluster, health: Any) -> None:
         self.cluster = cluster
         self.node = cluster.node
         self.health = health

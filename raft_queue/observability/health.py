@@ -26,9 +26,12 @@ import logging
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raft_queue.config import HealthConfig
+
+if TYPE_CHECKING:
+    from raft_queue.server.node import Node
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +69,7 @@ def judge(quorum: bool, disk_low: str, stopping: bool, free_bytes: int) -> Verdi
     return Verdict(quorum, not disk_low, not stopping, free_bytes)
 
 
-def metadata_quorum(node: Any, within_s: float) -> bool:
+def metadata_quorum(node: Node, within_s: float) -> bool:
     """Whether ``node`` reaches the metadata quorum now (see the module doc)."""
     md = node.metadata
     if md is None or node.metadata_joining:
@@ -86,7 +89,7 @@ class HealthMonitor:
 
     def __init__(
         self,
-        node: Any,
+        node: Node,
         config: HealthConfig,
         servicer: Any = None,
         services: tuple[str, str] = ("", ""),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raft_queue.config import NodeConfig, parse_host_port
 from raft_queue.observability import metrics
@@ -19,6 +19,9 @@ from raft_queue.observability.collector import NodeCollector
 from raft_queue.observability.health import HealthMonitor
 from raft_queue.observability.http import Authorize, HttpServer
 from raft_queue.observability.status import StatusSource, fill_node_status
+
+if TYPE_CHECKING:
+    from raft_queue.server.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +44,7 @@ class NodeObservability:
         return [MetricsInterceptor()]
 
     async def start(
-        self, cluster: Any, liveness: Any, admin: Any, servicer: Any, services: tuple[str, str]
+        self, cluster: Cluster, liveness: Any, admin: Any, servicer: Any, services: tuple[str, str]
     ) -> None:
         """After the gRPC server started: health (sets the gRPC statuses at
         once), the collector, NodeStatus's extras, the HTTP listener."""

@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raft_queue._proto.raft_queue.v1 import admin_pb2
 from raft_queue.observability.metrics import ACKED, RECEIVED, SENT
+
+if TYPE_CHECKING:
+    from raft_queue.server.cluster import Cluster
 
 ASK_TIMEOUT_S = 2.0
 
@@ -55,7 +58,7 @@ def fill_node_status(resp: Any, ready: bool, metrics_address: str) -> None:
 class StatusSource:
     """Builds the document; remembers when each node last answered."""
 
-    def __init__(self, cluster: Any, health: Any, liveness: Any, metrics_address: str) -> None:
+    def __init__(self, cluster: Cluster, health: Any, liveness: Any, metrics_address: str) -> None:
         self.cluster = cluster
         self.node = cluster.node
         self.health = health

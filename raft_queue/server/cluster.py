@@ -12,7 +12,7 @@ import asyncio
 import itertools
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2, queue_pb2
@@ -22,6 +22,9 @@ from raft_queue.server.dataplane.receipts import Receipts
 from raft_queue.server.dataplane.wakeups import Wakeups
 from raft_queue.server.node import Node
 from raft_queue.server.peers import Peers
+
+if TYPE_CHECKING:
+    from raft_queue.core.metadata_records import QueueRecord
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +198,7 @@ class Cluster:
                 self.routes[(r.queue, r.partition)] = r.node
         return replicas, unreachable
 
-    async def partition_infos(self, q: Any) -> list[Any]:
+    async def partition_infos(self, q: QueueRecord) -> list[Any]:
         replicas, _ = await self.all_status()
         leaders = {r.partition: r for r in replicas if r.queue == q.name and r.role == "leader"}
         infos = []

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -36,6 +36,9 @@ from raft_queue.security.identity import Authenticator, Identity
 from raft_queue.security.node_identity import VERIFIED_NODE
 from raft_queue.server.api.status import abort_with
 from raft_queue.server.api.usage import METERED
+
+if TYPE_CHECKING:
+    from raft_queue.server.node import Node
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +251,7 @@ def _visible(identity: Identity, response: Any) -> Any:
     return response
 
 
-def door_for(node: Any) -> AuthInterceptor:
+def door_for(node: Node) -> AuthInterceptor:
     """The interceptor for ``node`` (a server.node.Node): its admin tokens,
     its secret (node tokens), its view (principals) and its audit log in
     ``data_dir/audit.log``. Logs a warning when the door is open

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2, node_pb2_grpc
@@ -25,6 +25,9 @@ from raft_queue.server.api.queue_service import handled
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.control.liveness import Liveness
 from raft_queue.server.control.members import member_change
+
+if TYPE_CHECKING:
+    from raft_queue.server.node import Node
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +85,7 @@ class NodeService(node_pb2_grpc.NodeServiceServicer):
         return admin_pb2.FlushUsageResponse(applied_seq=applied)
 
 
-def heartbeat_request(node: Any) -> Any:
+def heartbeat_request(node: Node) -> Any:
     c = node.config
     return admin_pb2.HeartbeatRequest(
         node=node.id,
@@ -99,7 +102,7 @@ def heartbeat_request(node: Any) -> Any:
     )
 
 
-async def register_if_needed(node: Any, req: Any) -> None:
+async def register_if_needed(node: Node, req: Any) -> None:
     """On the metadata leader: register ``req``'s node if unknown or changed."""
     known = node.view.nodes().get(req.node)
     if known is not None and (known.address, known.raft_host, known.metadata_raft_port) == (

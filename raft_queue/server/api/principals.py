@@ -10,13 +10,16 @@ hold only its SHA-256 (security/tokens.py).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2
 from raft_queue.core import metadata as meta
 from raft_queue.core.metadata_principals import check_principal_name
 from raft_queue.security.tokens import new_token, token_hash
+
+if TYPE_CHECKING:
+    from raft_queue.server.node import Node
 
 
 def principal_pb(p: meta.Principal) -> Any:
@@ -29,7 +32,7 @@ def principal_pb(p: meta.Principal) -> Any:
 
 
 class Principals:
-    def __init__(self, node: Any) -> None:
+    def __init__(self, node: Node) -> None:
         self.node = node
 
     def _require_leader(self) -> None:

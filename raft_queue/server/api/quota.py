@@ -17,12 +17,15 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2
 from raft_queue.core import metadata as meta
 from raft_queue.core import quotas as q
+
+if TYPE_CHECKING:
+    from raft_queue.server.node import Node
 
 
 class QuotaGate:
@@ -80,7 +83,7 @@ def quota_pb(x: q.Quota) -> Any:
 class Quotas:
     """AdminService's SetQuota / RemoveQuota (metadata leader) and ListQuotas."""
 
-    def __init__(self, node: Any) -> None:
+    def __init__(self, node: Node) -> None:
         self.node = node
 
     def _require_leader(self) -> None:

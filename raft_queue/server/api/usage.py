@@ -22,13 +22,17 @@ import contextvars
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2
 from raft_queue.core import metadata as meta
 from raft_queue.core import usage as u
 from raft_queue.server.api.quota import QuotaGate
+
+if TYPE_CHECKING:
+    from raft_queue.server.cluster import Cluster
+    from raft_queue.server.node import Node
 
 log = logging.getLogger(__name__)
 
@@ -160,12 +164,12 @@ def rows_of(pbs: Any) -> tuple[u.Row, ...]:
                  for r in pbs)  # fmt: skip
 
 
-async def record(node: Any, node_id: str, seq: int, rows: tuple[u.Row, ...]) -> int:
+async def record(node: Node, node_id: str, seq: int, rows: tuple[u.Row, ...]) -> int:
     """On the metadata leader: apply one batch; the node's last applied sequence."""
     return int(await node.submit_metadata(meta.RecordUsage(node_id, seq, rows)))
 
 
-def get_usage(node: Any, req: Any) -> Any:
+def get_usage(node: Node, req: Any) -> Any:
     """GetUsage: from the metadata leader's live machine. Usage does not bump
     the view's version, so the published copies (``node.view``) are not
     remade for it; ``usage`` copies the rows at once (under the GIL)."""
@@ -177,7 +181,7 @@ def get_usage(node: Any, req: Any) -> Any:
 
 
 class UsageFlusher:
-    def __init__(self, cluster: Any, counter: UsageCounter, period_s: float = 1.0) -> None:
+    def __init__(self, cluster: Cluster, counter: UsageCounter, period_s: float = 1.0) -> None:
         self.cluster = cluster
         self.counter = counter
         self.period_s = period_s

@@ -31,12 +31,16 @@ import json
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2
 from raft_queue.core import metadata as meta
 from raft_queue.replication import membership
+
+if TYPE_CHECKING:
+    from raft_queue.server.cluster import Cluster
+    from raft_queue.server.node import Node
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +87,7 @@ def save_role(config: Any, role: Role) -> None:
 class ControllerRole:
     """Run by every node (``step`` every round of the mover loop)."""
 
-    def __init__(self, cluster: Any) -> None:
+    def __init__(self, cluster: Cluster) -> None:
         self.c = cluster
         self.node = cluster.node
         self._saved: Role | None = None
@@ -132,6 +136,8 @@ class ControllerRole:
     # ---- the metadata leader drives the change ------------------------------------------
     async def _drive(self, change: meta.ControllerChange) -> None:
         md = self.node.metadata
+        if md is None:  # only the metadata leader drives, and it has a replica
+            return
         others = await self._on_driver(lambda: membership.members(md))
         address = change.raft_address
         if change.action == "add":
@@ -153,6 +159,8 @@ class ControllerRole:
     async def _hand_over(self, others: list[str]) -> None:
         """The leader is the one leaving: pass leadership to a caught-up voter."""
         md = self.node.metadata
+        if md is None:
+            return
 
         def pick() -> str | None:
             for address in others:
@@ -174,7 +182,7 @@ async def _wait(fut: Any) -> None:
     await asyncio.wait_for(asyncio.wrap_future(fut), CHANGE_TIMEOUT_S)
 
 
-def controllers_pb(node: Any) -> Any:
+def controllers_pb(node: Node) -> Any:
     """The voters as this node knows them, and the change in flight."""
     leader = node.metadata_leader_id() or ""
     known = node.view.controllers() or dict(node.controllers)

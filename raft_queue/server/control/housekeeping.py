@@ -23,7 +23,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
@@ -33,6 +33,9 @@ from raft_queue.replication.partition import PartitionReplica
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.dataplane.sending import Sender, now_ms
 from raft_queue.server.node import ReplicaKey
+
+if TYPE_CHECKING:
+    from raft_queue.core.metadata_records import QueueRecord
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +119,7 @@ class Housekeeper:
         return now - seen.at >= IDLE_EXPIRE_S and now - seen.changed < window_s
 
     async def move_dead(
-        self, q: Any, part: int, replica: PartitionReplica, offsets: tuple[int, ...]
+        self, q: QueueRecord, part: int, replica: PartitionReplica, offsets: tuple[int, ...]
     ) -> None:
         """Send dead records to the DLQ (idempotent), then forget them."""
         dlq_name = q.spec.dead_letter_queue
@@ -137,7 +140,7 @@ class Housekeeper:
 
 
 def dead_letter_entry(
-    q: Any, part: int, replica: PartitionReplica, offset: int, crypto: Any = None
+    q: QueueRecord, part: int, replica: PartitionReplica, offset: int, crypto: Any = None
 ) -> Any:
     """The SendEntry moving record ``offset`` to the DLQ (decrypted by
     ``crypto``, server/dataplane/encryption.py, and re-sealed by the DLQ's own key on

@@ -18,10 +18,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raft_queue.config import ClusterTuning
 from raft_queue.core import metadata as meta
+
+if TYPE_CHECKING:
+    from raft_queue.server.node import Node
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +47,7 @@ class Liveness:
     """Heartbeat times (asyncio thread only) and the loop that turns them into
     node states while this node leads the metadata group."""
 
-    def __init__(self, node: Any, tuning: ClusterTuning, clock: Any = time.monotonic) -> None:
+    def __init__(self, node: Node, tuning: ClusterTuning, clock: Any = time.monotonic) -> None:
         self.node = node
         self.tuning = tuning
         self.clock = clock

@@ -14,17 +14,20 @@ and a new partition leader gets it on the next poll.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2
 from raft_queue.replication import membership, throttle
 from raft_queue.replication.partition import PartitionReplica
 
+if TYPE_CHECKING:
+    from raft_queue.server.node import Node
+
 CHANGE_TIMEOUT_S = 10.0
 
 
-async def member_change(node: Any, request: Any) -> Any:
+async def member_change(node: Node, request: Any) -> Any:
     replica = node.replica(request.queue, request.partition)
     if replica is None:
         raise errors.NotFound(f"{node.id} hosts no replica of {request.queue}/{request.partition}")
@@ -48,7 +51,7 @@ async def member_change(node: Any, request: Any) -> Any:
     return await _describe(node, replica, address if action == "progress" else "")
 
 
-async def _describe(node: Any, replica: PartitionReplica, address: str) -> Any:
+async def _describe(node: Node, replica: PartitionReplica, address: str) -> Any:
     def read() -> Any:
         me = replica.selfNode.address
         out = admin_pb2.MemberChangeResponse(
@@ -68,7 +71,7 @@ async def _describe(node: Any, replica: PartitionReplica, address: str) -> Any:
     return await _on_driver(node, read)
 
 
-async def _on_driver(node: Any, fn: Any) -> Any:
+async def _on_driver(node: Node, fn: Any) -> Any:
     """pysyncobj state is the driver thread's: read and change it there."""
     return await asyncio.wrap_future(node.host.call(fn))
 

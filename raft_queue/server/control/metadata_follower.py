@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from raft_queue._proto.raft_queue.v1 import admin_pb2
 from raft_queue.core import metadata as meta
 
+if TYPE_CHECKING:
+    from raft_queue.server.cluster import Cluster
+    from raft_queue.server.node import Node
+
 log = logging.getLogger(__name__)
 
 
-async def follow_metadata(cluster: Any, period_s: float = 0.3) -> None:
+async def follow_metadata(cluster: Cluster, period_s: float = 0.3) -> None:
     """Forever: poll a voter for a newer metadata image and adopt it."""
     node = cluster.node
     k = 0
@@ -48,7 +52,7 @@ async def follow_metadata(cluster: Any, period_s: float = 0.3) -> None:
         await asyncio.sleep(period_s)
 
 
-def _own_view_suffices(node: Any) -> bool:
+def _own_view_suffices(node: Node) -> bool:
     """A voter whose replica knows a leader needs no poll. One that knows none
     polls: it may have been removed as a voter while it was down (its replica
     then never hears of it); the newer view tells it to leave
@@ -57,7 +61,7 @@ def _own_view_suffices(node: Any) -> bool:
     return md is not None and not node.metadata_joining and bool(md.leader_address())
 
 
-def _seeds(node: Any) -> list[str]:
+def _seeds(node: Node) -> list[str]:
     """The config's seeds, then the gRPC addresses of the recorded voters
     (the seeds may all have stopped being controllers)."""
     nodes = node.view.nodes()

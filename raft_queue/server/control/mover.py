@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2
@@ -28,6 +28,9 @@ from raft_queue.core import planner
 from raft_queue.server.control.controllers import ControllerRole
 from raft_queue.server.control.members import member_change
 from raft_queue.server.control.operations import assignments, start_step
+
+if TYPE_CHECKING:
+    from raft_queue.server.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +53,7 @@ class LostLeadership(Exception):
 
 
 class Mover:
-    def __init__(self, cluster: Any, tuning: Any) -> None:
+    def __init__(self, cluster: Cluster, tuning: Any) -> None:
         self.c = cluster
         self.tuning = tuning
         self.node = cluster.node
@@ -222,6 +225,8 @@ class Mover:
         while not self._cancelled(move):
             address = self.node.node_address(move.to.node_id)
             try:
+                if address is None:
+                    raise errors.Unavailable(f"node {move.to.node_id} has no address yet")
                 st = await self.c.peers.node(address).NodeStatus(
                     admin_pb2.NodeStatusRequest(), timeout=3.0
                 )
@@ -271,7 +276,10 @@ class Mover:
         )  # fmt: skip
         if node_id == self.node.id:
             return await member_change(self.node, req)
-        stub = self.c.peers.node(self.node.node_address(node_id))
+        node_address = self.node.node_address(node_id)
+        if node_address is None:
+            raise errors.Unavailable(f"node {node_id} has no address")
+        stub = self.c.peers.node(node_address)
         return await stub.MemberChange(req, timeout=RPC_TIMEOUT_S)
 
     async def _submit(self, cmd: Any) -> Any:

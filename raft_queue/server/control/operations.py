@@ -12,7 +12,7 @@ the SDK follows.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2
@@ -20,11 +20,15 @@ from raft_queue.core import metadata as meta
 from raft_queue.core import planner
 from raft_queue.server.control.controllers import check_majority, controllers_pb
 
+if TYPE_CHECKING:
+    from raft_queue.server.cluster import Cluster
+    from raft_queue.server.node import Node
+
 OPERATOR_STATES = ("alive", "draining", "removed")
 
 
 class Operations:
-    def __init__(self, cluster: Any, mover: Any) -> None:
+    def __init__(self, cluster: Cluster, mover: Any) -> None:
         self.c = cluster
         self.node = cluster.node
         self.mover = mover
@@ -129,7 +133,7 @@ def assignments(view: meta.MetadataMachine) -> dict[str, list[meta.PartitionAssi
     return {q.name: view.assignments(q.name) for q in view.queues()}
 
 
-async def start_step(node: Any, step: planner.Step, throttle_bytes_per_s: int = 0) -> Any:
+async def start_step(node: Node, step: planner.Step, throttle_bytes_per_s: int = 0) -> Any:
     """Check one plan step against the current metadata (validate_move) and
     record it: a MoveReplica becomes a Move in flight (the mover runs it,
     limiting catch-up to ``throttle_bytes_per_s``, 0: the cluster default),

@@ -27,12 +27,16 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raft_queue import errors
 from raft_queue.config import NodeConfig, QueueSpec
 from raft_queue.server.api import convert
 from raft_queue.server.control.queues import Queues
+
+if TYPE_CHECKING:
+    from raft_queue.core.metadata_records import QueueRecord
+    from raft_queue.server.cluster import Cluster
 
 # A forwarded Send for a queue the forwarding node knows (it may have just
 # created it) waits this long for this node's metadata view to catch up.
@@ -89,7 +93,7 @@ class AutoCreate:
             await self.queues.create(name, defaults_for(self.node.config, alive), False)
         return await self._learned(name)
 
-    async def _routable(self, q: Any) -> None:
+    async def _routable(self, q: QueueRecord) -> None:
         """Until this node knows where each partition's leader is (it leads
         it, or it has heard of the leader elsewhere), at most VIEW_WAIT_S: the
         Send that follows then neither fails nor bounces off a new partition
@@ -101,7 +105,7 @@ class AutoCreate:
                 return
             await asyncio.sleep(0.02)
 
-    def _routes(self, c: Any, queue: str, part: int) -> bool:
+    def _routes(self, c: Cluster, queue: str, part: int) -> bool:
         replica = self.node.replica(queue, part)
         if replica is not None and replica.is_leader():
             return True

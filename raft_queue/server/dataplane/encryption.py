@@ -24,7 +24,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raft_queue import errors
 from raft_queue.core import metadata as meta
@@ -32,12 +32,16 @@ from raft_queue.core import sealing
 from raft_queue.core.segments import SEALED, Segment, Summary
 from raft_queue.security.encryption import DataKeys, decrypt, encrypter
 
+if TYPE_CHECKING:
+    from raft_queue.core.metadata_records import QueueRecord
+    from raft_queue.server.node import Node
+
 log = logging.getLogger(__name__)
 _OPENED_CACHE = 64  # batches
 
 
 class NodeCrypto:
-    def __init__(self, node: Any) -> None:
+    def __init__(self, node: Node) -> None:
         self.node = node
         provider = getattr(node, "key_provider", None)
         self.keys: DataKeys | None = DataKeys(provider) if provider is not None else None
@@ -101,7 +105,7 @@ class NodeCrypto:
 
     # ---- in -----------------------------------------------------------------------------
     def seal(
-        self, q: Any, part: int, blobs: tuple[bytes, ...], summary: Summary
+        self, q: QueueRecord, part: int, blobs: tuple[bytes, ...], summary: Summary
     ) -> tuple[tuple[bytes, ...], Summary]:
         """``blobs`` as one sealed batch, or as they are when the queue is not
         encrypted (or has no data key: created without a key provider)."""
@@ -148,7 +152,9 @@ class NodeCrypto:
     def _slice(self, queue: str, uid: int, part: int, seg: Segment, i: int, j: int) -> Any:
         return self.open_segment(queue, uid, part, seg)[i:j]
 
-    def open_read(self, q: Any, part: int, replica: Any, records: Sequence[Any]) -> list[Any]:
+    def open_read(
+        self, q: QueueRecord, part: int, replica: Any, records: Sequence[Any]
+    ) -> list[Any]:
         """``records`` (a Read's, in offset order) with sealed ones decrypted."""
         if not records:
             return list(records)

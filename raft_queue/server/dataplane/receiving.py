@@ -26,7 +26,7 @@ import contextlib
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Future
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
@@ -41,6 +41,9 @@ from raft_queue.server.dataplane.lingering import Linger, Lingering, Stand
 from raft_queue.server.dataplane.receipts import PartReceipts, Receipts
 from raft_queue.server.dataplane.sending import now_ms
 from raft_queue.server.peers import RemoteError
+
+if TYPE_CHECKING:
+    from raft_queue.core.metadata_records import QueueRecord
 
 # A waiting Receive re-checks which partitions this node leads at least this
 # often (leadership moves), even when nothing wakes it. In memory, no Raft
@@ -114,7 +117,7 @@ class Receiver:
             return out
         return await self._long_poll(*args, deadline, lin)
 
-    async def _taken_up(self, q: Any, lin: Linger) -> list[Any]:
+    async def _taken_up(self, q: QueueRecord, lin: Linger) -> list[Any]:
         """The messages of ``lin``'s leases (proposed, so a commit away);
         its requests not taken are withdrawn."""
         running = [asyncio.wrap_future(s.future) for _, _, s in lin.stands if s.future.running()]
@@ -129,7 +132,7 @@ class Receiver:
             raise
         return _messages(q, _withdraw(stands, keep=True), self.c.receipts, self.c.crypto)
 
-    async def _round(self, q: Any, consumer: str, max_n: int, visibility: int) -> list[Any]:
+    async def _round(self, q: QueueRecord, consumer: str, max_n: int, visibility: int) -> list[Any]:
         """One immediate attempt: local leaders, then the other leader nodes."""
         out: list[Any] = []
         await self._lease_local(q, consumer, max_n, visibility, out)
@@ -142,7 +145,7 @@ class Receiver:
 
     async def _long_poll(
         self,
-        q: Any,
+        q: QueueRecord,
         consumer: str,
         max_n: int,
         visibility: int,
@@ -172,14 +175,22 @@ class Receiver:
             await self.give_back(q, got[max_n:])
         return got[:max_n]
 
-    def _plan(self, q: Any, local_only: bool = False) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    def _plan(
+        self, q: QueueRecord, local_only: bool = False
+    ) -> tuple[tuple[int, ...], tuple[str, ...]]:
         """(partitions led here, other leader nodes; () with ``local_only``),
         sorted: equal plans compare equal."""
         local, remote = self.c.split_partitions(q.name, q.spec.partitions)
         return tuple(sorted(p for p, _ in local)), () if local_only else tuple(sorted(remote))
 
     async def _forward_until(
-        self, address: str, q: Any, consumer: str, max_n: int, visibility: int, deadline: float
+        self,
+        address: str,
+        q: QueueRecord,
+        consumer: str,
+        max_n: int,
+        visibility: int,
+        deadline: float,
     ) -> list[Any]:
         """A forwarded long poll on ``address`` until it brings messages or
         ``deadline`` (loop time) passes. One that ends early and empty (that
@@ -199,7 +210,7 @@ class Receiver:
             await asyncio.sleep(max(0.0, started + RECHECK_S - loop.time()))
 
     async def _forward(
-        self, address: str, q: Any, consumer: str, max_n: int, visibility: int, wait_ms: int
+        self, address: str, q: QueueRecord, consumer: str, max_n: int, visibility: int, wait_ms: int
     ) -> list[Any]:
         sub = queue_pb2.ReceiveRequest(
             queue=q.name,
@@ -218,7 +229,7 @@ class Receiver:
 
     async def _local_until(
         self,
-        q: Any,
+        q: QueueRecord,
         consumer: str,
         max_n: int,
         visibility: int,
@@ -259,7 +270,7 @@ class Receiver:
 
     async def _stand(
         self,
-        q: Any,
+        q: QueueRecord,
         local: list[tuple[int, PartitionReplica]],
         consumer: str,
         max_n: int,
@@ -302,7 +313,7 @@ class Receiver:
         return _messages(q, claimed, self.c.receipts, self.c.crypto), not claimed
 
     async def _lease_local(
-        self, q: Any, consumer: str, max_n: int, visibility: int, out: list[Any]
+        self, q: QueueRecord, consumer: str, max_n: int, visibility: int, out: list[Any]
     ) -> None:
         """Append to ``out`` leases from the partitions this node leads. If
         cancelled, what ``out`` holds is given back before re-raising."""
@@ -328,7 +339,7 @@ class Receiver:
                 asyncio.ensure_future(self.give_back(q, list(out)))
             raise
 
-    async def give_back(self, q: Any, messages: list[Any]) -> None:
+    async def give_back(self, q: QueueRecord, messages: list[Any]) -> None:
         """Undo (Release) leases this node took but will not deliver."""
         receipts = [m.receipt for m in messages]
         request = queue_pb2.NackRequest(queue=q.name, receipts=receipts, release=True)
@@ -446,7 +457,7 @@ def _withdraw(stands: list[Stand], keep: bool) -> list[tuple[int, Any]]:
 
 
 def _messages(
-    q: Any, claimed: list[tuple[int, Any]], receipts: Receipts, crypto: Any = None
+    q: QueueRecord, claimed: list[tuple[int, Any]], receipts: Receipts, crypto: Any = None
 ) -> list[Any]:
     lease_messages = convert.lease_messages
     return [

@@ -21,7 +21,7 @@ import asyncio
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
@@ -31,6 +31,9 @@ from raft_queue.core.segments import Summary
 from raft_queue.observability import metrics
 from raft_queue.server.api import convert
 from raft_queue.server.cluster import Cluster
+
+if TYPE_CHECKING:
+    from raft_queue.core.metadata_records import QueueRecord
 
 
 def now_ms() -> int:
@@ -55,7 +58,7 @@ class Sender:
         return self.c.partition_of(i, entry, partitions)
 
     async def send(
-        self, q: Any, entries: Sequence[Any], forwarded: bool, request_id: bytes = b""
+        self, q: QueueRecord, entries: Sequence[Any], forwarded: bool, request_id: bytes = b""
     ) -> list[Any]:
         """One result per entry, in order: a SendResult message (forwarded
         entries) or a ``(partition, offset, duplicate, durability)`` tuple
@@ -105,7 +108,7 @@ class Sender:
 
     async def _send_partition(
         self,
-        q: Any,
+        q: QueueRecord,
         part: int,
         indexes: list[int],
         blobs: tuple[tuple[bytes, ...], Summary],
