@@ -8,7 +8,7 @@ NODES ?= 3
 BASE_PORT ?= 7100
 PYTEST_ARGS ?=
 
-.PHONY: setup run test unit integration lint proto proto-check bench chaos soak clean
+.PHONY: setup run test unit integration lint proto proto-check bench bench-peers chaos soak clean
 
 # Debian packages the tests use: chromium + chromium-driver (the status page's
 # browser test), prometheus (promtool checks configs/monitoring/), fuse3
@@ -50,6 +50,11 @@ proto: setup
 
 bench: setup
 	$(BIN)/raftq bench --runs 3
+
+# Same-run comparison with NATS JetStream through the peer harness (docs/benchmarks.md);
+# needs ../shared/bench/peers/setup.sh once. make bench-peers ROUNDS=3
+bench-peers: setup
+	$(BIN)/python -m raft_queue.bench.peer_compare --rounds $${ROUNDS:-3} --out $${OUT:-peer-results}
 
 chaos: setup
 	$(BIN)/python -m chaos.campaign --duration $${DURATION:-180} $${SEED:+--seed $$SEED}
