@@ -1,0 +1,204 @@
+"""The external cluster manager on real processes: two 3-node clusters and a
+3-node manager (9 node processes: one fixture for the whole module, tests
+in order, the destructive one last)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from raft_queue import errors
+from raft_queue.client import Client, OutgoingMessage
+from raft_queue.client.managed import ManagedClient
+from raft_queue.testing.cluster import LocalCluster
+from raft_queue.testing.managers import ManagerCluster
+
+pytestmark = pytest.mark.integration
+
+HEALTH = {"poll_period_s": 0.5, "call_timeout_s": 2.0, "down_after_s": 3.0}
+
+
+@dataclass
+class Fleet:
+    c1: LocalCluster
+    c2: LocalCluster
+    managers: ManagerCluster
+
+    def managed(self) -> ManagedClient:
+        tokens = {"c1": self.c1.token, "c2": self.c2.token}
+        return ManagedClient(self.managers.bootstrap, self.managers.token, tokens)
+
+    def health(self) -> dict[str, str]:
+        with self.managers.admin() as admin:
+            return {c.name: c.health for c in admin.list_clusters().clusters}
+
+
+def _wait(what: str, check: object, timeout_s: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if check():  # type: ignore[operator]
+            return time.monotonic() - started
+        time.sleep(0.1)
+    raise AssertionError(f"{what}: not within {timeout_s} s")
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    base = Path(tmp_path_factory.mktemp("manager"))
+    c1, c2 = LocalCluster(base / "c1", nodes=3), LocalCluster(base / "c2", nodes=3)
+    managers = ManagerCluster(base / "mgr", managers=3, health=HEALTH)
+    try:
+        for part in (c1, c2, managers):
+            part.start()
+        c1.wait_ready(90)
+        c2.wait_ready(90)
+        managers.wait_ready(60)
+        with managers.admin() as admin:
+            for name, c in (("c1", c1), ("c2", c2)):
+                admin.add_cluster(name, c.bootstrap.split(","), c.token)
+        yield Fleet(c1, c2, managers)
+    except BaseException:
+        for i in range(3):
+            print(f"--- m{i + 1} log tail ---")
+            print("\n".join(managers.log_path(i).read_text(errors="replace").splitlines()[-20:]))
+        raise
+    finally:
+        managers.stop()
+        c1.stop()
+        c2.stop()
+
+
+def test_registered_clusters_turn_healthy(fleet: Fleet) -> None:
+    took = _wait("both healthy", lambda: set(fleet.health().values()) == {"healthy"}, 30)
+    print(f"both clusters healthy {took:.1f} s after registration")
+
+
+def test_new_queues_go_to_a_named_or_the_least_loaded_cluster(fleet: Fleet) -> None:
+    with fleet.managers.admin() as admin:
+        before = admin.get_mapping().version
+        named = admin.create_queue("on-c2", partitions=2, clusters=["c2"])
+        assert {h.cluster for h in named.partitions} == {"c2"}
+        auto = admin.create_queue("auto", partitions=1)
+        assert auto.partitions[0].cluster in ("c1", "c2")
+        # The same create again is idempotent; the mapping version moved twice.
+        admin.create_queue("on-c2", partitions=2, clusters=["c2"])
+        assert admin.get_mapping().version == before + 2
+        assert admin.get_mapping(before + 2).unchanged
+        with pytest.raises(errors.NotFound):
+            admin.create_queue("nowhere", clusters=["c9"])
+    # The per-cluster queue is real on c2 and absent on c1: a node of c1 answers NOT_FOUND.
+    with fleet.c2.client() as c2:
+        assert c2.get_queue("on-c2").partitions == 2
+    with fleet.c1.client() as c1, pytest.raises(errors.NotFound):
+        c1.send("on-c2", b"x")
+
+
+def test_place_adopts_a_queue_a_cluster_already_has(fleet: Fleet) -> None:
+    with fleet.c1.client() as c1:
+        c1.create_queue("legacy", partitions=3, replication_factor=3)
+        c1.send("legacy", b"old", key="k")
+    with fleet.managers.admin() as admin:
+        placed = admin.place_queue("legacy", "c1")
+        assert [h.local_partition for h in placed.partitions] == [0, 1, 2]
+        with pytest.raises(errors.FailedPrecondition):
+            admin.place_queue("legacy", "c2")  # a move, not a place
+    with fleet.managed() as client:
+        got = client.receive("legacy", 10, wait_ms=2000)
+        assert [m.body for m in got] == [b"old"]
+        assert client.ack("legacy", [m.receipt for m in got])[0].ok
+
+
+def test_a_queue_spanning_both_clusters_sends_and_receives_reach_all_partitions(
+    fleet: Fleet,
+) -> None:
+    with fleet.managed() as client:
+        homes = client.create_queue("span", partitions=4, clusters=["c1", "c2"], ordering="fifo")
+        assert [h.cluster for h in homes] == ["c1", "c2", "c1", "c2"]
+        messages = [OutgoingMessage(b"m%03d" % i, key=f"key-{i % 40}") for i in range(200)]
+        results = client.send_batch("span", messages)
+        assert {r.partition for r in results} == {0, 1, 2, 3}
+        # Each cluster holds exactly the messages of its own partitions.
+        per_cluster = {"c1": 0, "c2": 0}
+        for r in results:
+            per_cluster[homes[r.partition].cluster] += 1
+        for name, c in (("c1", fleet.c1), ("c2", fleet.c2)):
+            with c.client() as direct:
+                assert direct.get_queue("span").messages == per_cluster[name]
+        assert client.get_queue("span").messages == 200
+        # Offset reads by global partition reach the right cluster's partition
+        # (before the acks: acked messages leave the log).
+        read = client.read("span", 3, 0, max_messages=100)
+        assert {m.partition for m in read.messages} == {3}
+        assert len(read.messages) == sum(1 for r in results if r.partition == 3)
+        got: dict[bytes, int] = {}
+        deadline = time.monotonic() + 60
+        while len(got) < 200 and time.monotonic() < deadline:
+            batch = client.receive("span", 50, wait_ms=500)
+            for m in batch:
+                assert m.body not in got, "delivered twice"
+                got[m.body] = m.partition
+            assert all(r.ok for r in client.ack("span", [m.receipt for m in batch]))
+        assert set(got) == {m.body for m in messages}
+        assert set(got.values()) == {0, 1, 2, 3}
+        sent_at = {m.body: r.partition for m, r in zip(messages, results, strict=True)}
+        assert got == sent_at  # each message came from the partition it was sent to
+        assert client.receive("span", 10) == []
+
+
+def test_the_manager_leader_dies_and_the_mapping_survives(fleet: Fleet) -> None:
+    with fleet.managers.admin() as admin:
+        before = admin.get_mapping()
+        leader = admin.list_clusters().leader
+    victim = fleet.managers.addresses.index(leader)
+    fleet.managers.kill(victim)
+    try:
+        with fleet.managers.admin() as admin:
+            took = _wait("new manager leader", lambda: admin.list_clusters().leader not in
+                         ("", leader), 30)  # fmt: skip
+            print(f"new manager leader after {took:.1f} s")
+            after = admin.get_mapping()
+            assert after.version == before.version and list(after.queues) == list(before.queues)
+            admin.create_queue("after-failover", clusters=["c1"])
+    finally:
+        fleet.managers.start(victim)
+
+
+def test_kill_every_node_of_one_cluster_it_is_marked_down_and_the_other_is_untouched(
+    fleet: Fleet,
+) -> None:
+    with fleet.managers.admin() as admin:
+        admin.create_queue("solo", partitions=2, clusters=["c1"])
+    _wait("both healthy", lambda: set(fleet.health().values()) == {"healthy"}, 30)
+    with fleet.managed() as client:
+        client.send_batch("solo", [b"before-%d" % i for i in range(20)])
+        for i in range(3):
+            fleet.c2.kill(i)
+        killed = time.monotonic()
+        sent = 20
+        while fleet.health().get("c2") != "down":
+            # Meanwhile the queue wholly on c1 keeps taking sends.
+            client.send_batch("solo", [b"during-%d" % sent])
+            sent += 1
+            assert time.monotonic() - killed < 20, "c2 not marked down within 20 s"
+            time.sleep(0.1)
+        took = time.monotonic() - killed
+        print(
+            f"c2 marked down {took:.1f} s after kill -9 of its 3 nodes "
+            f"({sent - 20} sends meanwhile)"
+        )
+        assert fleet.health()["c1"] == "healthy"
+        received = 0
+        deadline = time.monotonic() + 60
+        while received < sent and time.monotonic() < deadline:
+            batch = client.receive("solo", 50, wait_ms=500)
+            received += len(batch)
+            assert all(r.ok for r in client.ack("solo", [m.receipt for m in batch]))
+        assert received == sent
+        with pytest.raises(errors.QueueError):
+            Client(fleet.c2.bootstrap, token=fleet.c2.token, timeout_s=2, retries=0).send(
+                "span", b"x"
+            )
