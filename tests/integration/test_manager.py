@@ -4,14 +4,18 @@ in order, the destructive one last)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from raft_queue import errors
+from raft_queue.cli.main import main
 from raft_queue.client import Client, OutgoingMessage
 from raft_queue.client.managed import ManagedClient
 from raft_queue.testing.cluster import LocalCluster
@@ -29,8 +33,7 @@ class Fleet:
     managers: ManagerCluster
 
     def managed(self) -> ManagedClient:
-        tokens = {"c1": self.c1.token, "c2": self.c2.token}
-        return ManagedClient(self.managers.bootstrap, self.managers.token, tokens)
+        return ManagedClient(self.managers.bootstrap, self.managers.token)
 
     def health(self) -> dict[str, str]:
         with self.managers.admin() as admin:
@@ -51,6 +54,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     base = Path(tmp_path_factory.mktemp("manager"))
     c1, c2 = LocalCluster(base / "c1", nodes=3), LocalCluster(base / "c2", nodes=3)
     managers = ManagerCluster(base / "mgr", managers=3, health=HEALTH)
+    for c in (c1, c2):  # one admin token for the fleet, as `raftq dev up --clusters` makes
+        c.base_dir.mkdir(parents=True)
+        (c.base_dir / "admin.token").write_text(managers.token + "\n")
+        (c.base_dir / "admin.token").chmod(0o600)
     try:
         for part in (c1, c2, managers):
             part.start()
@@ -58,8 +65,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         c2.wait_ready(90)
         managers.wait_ready(60)
         with managers.admin() as admin:
-            for name, c in (("c1", c1), ("c2", c2)):
-                admin.add_cluster(name, c.bootstrap.split(","), c.token)
+            admin.add_cluster("c1", c1.bootstrap.split(","), c1.token)
         yield Fleet(c1, c2, managers)
     except BaseException:
         for i in range(3):
@@ -70,6 +76,36 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         managers.stop()
         c1.stop()
         c2.stop()
+
+
+def test_cli_registers_lists_and_drains_clusters(fleet: Fleet) -> None:
+    runner = CliRunner()
+
+    def raftq(*args: str) -> Any:
+        argv = ["--manager", fleet.managers.bootstrap, "--token", fleet.managers.token, *args]
+        result = runner.invoke(main, argv)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output) if "--json" in args else result.output
+
+    token_file = str(fleet.c2.base_dir / "admin.token")
+    raftq("clusters", "add", "c2", "--bootstrap", fleet.c2.bootstrap, "--token-file", token_file)
+    listed = raftq("clusters", "list", "--json")
+    assert [c["name"] for c in listed["clusters"]] == ["c1", "c2"]
+    assert listed["leader"] in fleet.managers.addresses
+    raftq("clusters", "drain", "c2")
+    assert raftq("clusters", "list", "--json")["clusters"][1]["draining"] is True
+    raftq("clusters", "drain", "c2", "--undo")
+    assert "CLUSTER" in raftq("clusters", "list")
+    # A queue placed by name, then sent to and received through the manager's mapping.
+    raftq("queue", "place", "cli-q", "--cluster", "c2", "--partitions", "2")
+    raftq("send", "cli-q", "hello", "--key", "k1")
+    got = raftq("receive", "cli-q", "--wait", "2", "--json")
+    assert [m["body"] for m in got] == ["hello"]
+    with fleet.c2.client() as c2:
+        assert c2.get_queue("cli-q").messages == 0  # received and acked, on c2
+    failed = runner.invoke(main, ["--manager", fleet.managers.bootstrap, "--token",
+                                  fleet.managers.token, "clusters", "remove", "c2"])  # fmt: skip
+    assert failed.exit_code == 1 and "still holds queues" in failed.output
 
 
 def test_registered_clusters_turn_healthy(fleet: Fleet) -> None:
