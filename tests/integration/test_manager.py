@@ -185,6 +185,35 @@ def test_a_queue_spanning_both_clusters_sends_and_receives_reach_all_partitions(
         assert client.receive("span", 10) == []
 
 
+def test_the_spark_broker_reads_and_writes_a_spanning_queue_through_the_managed_client(
+    fleet: Fleet,
+) -> None:
+    """Not a Spark session: the data source's one door to the SDK
+    (spark/raftq/broker.py) driven with a ManagedClient instead of a Client."""
+    from spark.offsets import Range
+    from spark.raftq import broker
+
+    with fleet.managed() as client:
+        client.create_queue("spark-span", partitions=2, clusters=["c1", "c2"])
+        out = [OutgoingMessage(b"s%d" % i, dedup_id=f"d{i}", partition=i % 2) for i in range(10)]
+        assert broker.publish(client, "spark-span", out) == 0
+        assert broker.publish(client, "spark-span", out) == 10  # replayed: dedup hits
+        shape = broker.layout(client, ["spark-span"])
+        assert {p: (b.earliest, b.latest) for p, b in shape["spark-span"].items()} == {
+            0: (0, 5),
+            1: (0, 5),
+        }
+        assert broker.partition_count(client, "spark-span") == 2
+        assert broker.dedup_window_ms(client, "spark-span") > 0
+        got = [
+            m.body
+            for p in (0, 1)
+            for batch in broker.fetch(client, Range("spark-span", p, 0, 5), 3, True)
+            for m in batch
+        ]
+        assert sorted(got) == sorted(m.body for m in out)
+
+
 def test_the_manager_leader_dies_and_the_mapping_survives(fleet: Fleet) -> None:
     with fleet.managers.admin() as admin:
         before = admin.get_mapping()
