@@ -12,6 +12,9 @@ partition ``i`` is partition ``local`` of the queue of the same name on
   ``calls._prepare``: the explicit ``partition``, else the hash of ``key``,
   else of ``dedup_id``, else round robin. So a FIFO key always lands on the
   same partition (hence the same cluster).
+- A batch is split by cluster and the shares are sent in parallel. As with
+  ``Client.send_batch``, if one share fails the others may be stored: give
+  messages dedup ids to re-send without duplicates.
 - Results and messages carry GLOBAL partition numbers; a receipt is prefixed
   with its cluster (``c1@<receipt>``), so ack/nack/change_visibility find
   their way back without a lookup.
@@ -29,6 +32,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from raft_queue import errors
@@ -51,6 +55,7 @@ T = TypeVar("T")
 Receipts = str | Message | Iterable[str | Message]
 RECEIPT_SEP = "@"  # cluster names never hold it (config.check_name)
 POLL_SLICE_MS = 200  # a long poll over several clusters waits this long on each in turn
+SEND_THREADS = 8  # a batch's shares for different clusters are sent in parallel
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -89,6 +94,7 @@ class ManagedClient:
         self._mapping = Mapping_(0, {}, {}, {})
         self._round_robin = RoundRobin()
         self._turn = 0
+        self._executor: ThreadPoolExecutor | None = None  # sends to several clusters at once
 
     # ---- the mapping -----------------------------------------------------------------------
     def refresh(self) -> int:
@@ -195,18 +201,33 @@ class ManagedClient:
         def run(homes: tuple[Home, ...]) -> list[SendResult]:
             placed = [self._place(queue, len(homes), m) for m in pending]
             results: list[SendResult | None] = [None] * len(pending)
+            groups: list[tuple[str, list[int]]] = []
             for cluster in _clusters(homes):
                 idx = [i for i, g in enumerate(placed) if homes[g].cluster == cluster]
+                if idx:
+                    groups.append((cluster, idx))
+
+            def send(cluster: str, idx: list[int]) -> None:
                 local = [dataclasses.replace(pending[i], partition=homes[placed[i]].local)
                          for i in idx]  # fmt: skip
-                if not local:
-                    continue
                 got = self.client_for(cluster).send_batch(queue, local)
                 for i, r in zip(idx, got, strict=True):
                     results[i] = dataclasses.replace(r, partition=placed[i])
+
+            if len(groups) == 1:
+                send(*groups[0])
+            else:  # the clusters' shares in parallel; the first error is raised
+                for f in [self._pool().submit(send, c, idx) for c, idx in groups]:
+                    f.result()
             return [r for r in results if r is not None]
 
         return self._routed(queue, run)  # type: ignore[no-any-return]
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(SEND_THREADS, "managed-send")
+            return self._executor
 
     def _place(self, queue: str, count: int, m: OutgoingMessage) -> int:
         if m.partition is not None:
@@ -313,6 +334,9 @@ class ManagedClient:
             for _, client in self._clients.values():
                 client.close()
             self._clients.clear()
+            if self._executor is not None:
+                self._executor.shutdown(wait=False)
+                self._executor = None
         self.manager.close()
 
     def __enter__(self) -> ManagedClient:

@@ -214,6 +214,24 @@ def test_the_spark_broker_reads_and_writes_a_spanning_queue_through_the_managed_
         assert sorted(got) == sorted(m.body for m in out)
 
 
+def test_a_stale_mapping_is_refetched_when_a_cluster_answers_not_found(fleet: Fleet) -> None:
+    with fleet.managed() as client, fleet.managers.admin() as admin:
+        client.create_queue("hop", 1, clusters=["c1"])
+        assert client.send("hop", b"on c1").partition == 0
+        cached = client.mapping_version
+        # Re-home the queue behind the client's back: forget, delete on c1, create on c2.
+        admin.forget_queue("hop")
+        with fleet.c1.client() as c1:
+            c1.delete_queue("hop")
+        admin.create_queue("hop", 1, clusters=["c2"])
+        client.send("hop", b"on c2")  # c1 says NOT_FOUND: the client refetches, sends to c2
+        assert client.mapping_version > cached
+        with fleet.c2.client() as c2:
+            assert c2.get_queue("hop").messages == 1
+        with pytest.raises(errors.NotFound):
+            client.send("never-created", b"x")
+
+
 def test_the_manager_leader_dies_and_the_mapping_survives(fleet: Fleet) -> None:
     with fleet.managers.admin() as admin:
         before = admin.get_mapping()
