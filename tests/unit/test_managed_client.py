@@ -19,10 +19,14 @@ class FakeCluster:
         self.name = name
         self.logs: list[list[OutgoingMessage]] = [[] for _ in range(partitions)]
         self.acked: list[str] = []
+        self.turn = 0
 
-    def send_batch(self, queue: str, messages: list[OutgoingMessage]) -> list[SendResult]:
+    def send_batch(self, queue: str, messages: list[Any]) -> list[SendResult]:
         out = []
         for m in messages:
+            if not isinstance(m, OutgoingMessage):  # a bare body: this cluster's round robin
+                m = OutgoingMessage(m, partition=self.turn % len(self.logs))
+                self.turn += 1
             assert m.partition is not None
             self.logs[m.partition].append(m)
             out.append(SendResult(m.partition, len(self.logs[m.partition]) - 1, False, "fsync"))
@@ -66,6 +70,15 @@ def test_keys_land_on_their_global_partition_and_its_cluster() -> None:
         sent_there = {m.key for m, r in zip(msgs, results, strict=True) if r.partition == g}
         assert {m.key for m in stored} == sent_there
     assert {r.partition for r in results} == {0, 1, 2, 3}
+
+
+def test_bare_bodies_spread_over_every_global_partition() -> None:
+    client, fakes = managed(SPAN)
+    results = client.send_batch("q", [b"b%d" % i for i in range(40)])
+    assert sorted(r.partition for r in results) == sorted(list(range(4)) * 10)
+    for g, home in enumerate(SPAN):
+        assert len(fakes[home.cluster].logs[home.local]) == 10
+        assert all(r.offset < 10 for r in results if r.partition == g)
 
 
 def test_explicit_partitions_are_global_and_bounded() -> None:
