@@ -153,12 +153,12 @@ class ManagedClient:
     # ---- queues --------------------------------------------------------------------------------
     def create_queue(
         self, name: str, partitions: int = 1, clusters: Sequence[str] = (), **config: Any
-    ) -> tuple[Home, ...]:
+    ) -> QueueInfo:
         """Create ``name`` through the manager: on the least-loaded healthy cluster,
-        or spread over ``clusters``; its homes."""
+        or spread over ``clusters`` (``homes(name)`` says where each partition went)."""
         self.manager.create_queue(name, partitions, clusters, **config)
         self.refresh()
-        return self.homes(name)
+        return self.get_queue(name)
 
     def get_queue(self, name: str) -> QueueInfo:
         """The global config, depth counters summed over the queue's clusters."""

@@ -98,6 +98,8 @@ def test_cli_registers_lists_and_drains_clusters(fleet: Fleet) -> None:
     assert "CLUSTER" in raftq("clusters", "list")
     # A queue placed by name, then sent to and received through the manager's mapping.
     raftq("queue", "place", "cli-q", "--cluster", "c2", "--partitions", "2")
+    made = raftq("queue", "create", "cli-made", "--partitions", "3", "--json")
+    assert made["config"]["partitions"] == 3
     raftq("send", "cli-q", "hello", "--key", "k1")
     got = raftq("receive", "cli-q", "--wait", "2", "--json")
     assert [m["body"] for m in got] == ["hello"]
@@ -152,7 +154,9 @@ def test_a_queue_spanning_both_clusters_sends_and_receives_reach_all_partitions(
     fleet: Fleet,
 ) -> None:
     with fleet.managed() as client:
-        homes = client.create_queue("span", partitions=4, clusters=["c1", "c2"], ordering="fifo")
+        info = client.create_queue("span", partitions=4, clusters=["c1", "c2"], ordering="fifo")
+        assert info.partitions == 4 and info.config.ordering == "fifo"
+        homes = client.homes("span")
         assert [h.cluster for h in homes] == ["c1", "c2", "c1", "c2"]
         messages = [OutgoingMessage(b"m%03d" % i, key=f"key-{i % 40}") for i in range(200)]
         results = client.send_batch("span", messages)
