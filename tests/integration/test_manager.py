@@ -110,6 +110,15 @@ def test_cli_registers_lists_and_drains_clusters(fleet: Fleet) -> None:
     assert failed.exit_code == 1 and "still holds queues" in failed.output
 
 
+def test_the_manager_serves_its_admin_tokens_only(fleet: Fleet) -> None:
+    anonymous = fleet.managers.admin(token="", attempts=1)
+    with anonymous, pytest.raises(errors.Unauthenticated):
+        anonymous.list_clusters()
+    stranger = fleet.managers.admin(token="rqt_not-a-token", attempts=1)
+    with stranger, pytest.raises(errors.Unauthenticated):
+        stranger.get_mapping()
+
+
 def test_registered_clusters_turn_healthy(fleet: Fleet) -> None:
     took = _wait("both healthy", lambda: set(fleet.health().values()) == {"healthy"}, 30)
     print(f"both clusters healthy {took:.1f} s after registration")
@@ -262,7 +271,10 @@ def test_kill_every_node_of_one_cluster_it_is_marked_down_and_the_other_is_untou
     _wait("both healthy", lambda: set(fleet.health().values()) == {"healthy"}, 30)
     with fleet.managed() as client:
         client.send_batch("solo", [b"before-%d" % i for i in range(20)])
-        for i in range(3):
+        fleet.c2.kill(2)  # one node of three: degraded, not down
+        took = _wait("c2 degraded", lambda: fleet.health()["c2"] == "degraded", 20)
+        print(f"c2 marked degraded {took:.1f} s after kill -9 of one node")
+        for i in range(2):
             fleet.c2.kill(i)
         killed = time.monotonic()
         sent = 20
