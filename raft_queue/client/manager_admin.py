@@ -1,9 +1,10 @@
 """ManagerAdmin: calls to the external cluster manager's ManagerService.
 
-Reads go to any manager; mutations to the manager leader: a follower answers
-NotLeader naming it, and the call follows the hint once per attempt. A
+Every call goes to the manager leader: a follower answers NotLeader naming
+it, and the call follows the hint once per attempt. A
 manager that does not answer is skipped for the next one. Bounded: at most
-``attempts`` tries within ``timeout_s``. Errors are the QueueError tree.
+``attempts`` tries within ``timeout_s`` (the deadline is what usually ends
+it: an election of the manager group takes a few seconds). Errors are the QueueError tree.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class ManagerAdmin:
         managers: str | Sequence[str],
         token: str | None = None,
         timeout_s: float = 10.0,
-        attempts: int = 20,
+        attempts: int = 1000,
     ) -> None:
         from raft_queue.client.client import parse_bootstrap
 

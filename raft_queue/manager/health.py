@@ -85,7 +85,7 @@ class HealthPoller:
         while True:
             started = self._clock()
             try:
-                if self._node.is_leader():
+                if self._node.can_serve():
                     await self.poll_once()
             except Exception:
                 log.exception("health poll failed")

@@ -74,6 +74,12 @@ class ManagerNode:
     def is_leader(self) -> bool:
         return self.replica is not None and self.replica.is_leader()
 
+    def can_serve(self) -> bool:
+        """Leader whose copy is current: it applied its own term's first entry
+        (before that a new leader, e.g. after a restart, may lack entries
+        committed under the last one) and has heard from a quorum lately."""
+        return self.replica is not None and self.replica.can_serve_leader_reads()
+
     def leader_address(self) -> str:
         """The manager leader's gRPC address ("" when unknown)."""
         if self.replica is None:

@@ -1,8 +1,12 @@
 """ManagerService (proto/raft_queue/v1/manager.proto) on one manager process.
 
-Reads (ListClusters, GetMapping) are answered from this manager's copy of the
-state; everything else runs on the leader (a follower answers NotLeader with
-the leader's address, which client/managed.py follows). Creating a queue
+Every call runs on the leader (a follower answers NotLeader with the leader's
+address, which client/manager_admin.py follows), reads too: a follower's copy
+may lag, and a client that reads the mapping right after a queue was placed
+must find it. And only once the leader's copy is current (``can_serve``): just
+after the manager group restarted, a new leader answered a mapping one entry
+older than the one it had acknowledged (a test saw it). Clients ask for the
+mapping rarely (they cache it). Creating a queue
 creates the per-cluster queues first (each cluster's CreateQueue is
 idempotent), then records the mapping: a manager that dies in between leaves
 per-cluster queues without a mapping, and the same create, retried, adopts
@@ -64,9 +68,7 @@ class ManagerService(manager_pb2_grpc.ManagerServiceServicer):
         self._door = door
 
     # ---- the edge ---------------------------------------------------------------------------
-    async def _serve(
-        self, context: Any, work: Callable[[], Awaitable[Any]], leader: bool = True
-    ) -> Any:
+    async def _serve(self, context: Any, work: Callable[[], Awaitable[Any]]) -> Any:
         try:
             authorization = ""
             for key, value in context.invocation_metadata() or ():
@@ -74,8 +76,10 @@ class ManagerService(manager_pb2_grpc.ManagerServiceServicer):
                     authorization = str(value)
             if not self._door.authenticate(authorization).superuser:
                 raise errors.PermissionDenied("the manager serves admin tokens only")
-            if leader and not self._node.is_leader():
+            if not self._node.is_leader():
                 raise errors.NotLeader("not the manager leader", self._node.leader_address())
+            if not self._node.can_serve():
+                raise errors.Unavailable("the manager leader is catching up; retry")
             return await work()
         except grpc.RpcError:
             raise
@@ -115,7 +119,7 @@ class ManagerService(manager_pb2_grpc.ManagerServiceServicer):
                 clusters=clusters, version=view.version, leader=self._node.leader_address()
             )
 
-        return await self._serve(context, work, leader=False)
+        return await self._serve(context, work)
 
     # ---- queues -----------------------------------------------------------------------------
     async def CreateQueue(self, request: Any, context: Any) -> Any:  # noqa: N802
@@ -166,7 +170,7 @@ class ManagerService(manager_pb2_grpc.ManagerServiceServicer):
             out.queues.extend(mapping_pb(q) for q in view.queues())
             return out
 
-        return await self._serve(context, work, leader=False)
+        return await self._serve(context, work)
 
     # ---- helpers ------------------------------------------------------------------------------
     async def _place(

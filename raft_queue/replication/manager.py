@@ -23,7 +23,7 @@ _SEP = b"\n"
 
 
 class ManagerReplica(ReplicatedGroup):
-    # Every manager answers reads (GetMapping, ListClusters) from its own copy.
+    # Followers learn each commit at once: a new leader's copy is current.
     commit_notify_s = 0.0
 
     def __init__(

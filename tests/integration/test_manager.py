@@ -263,6 +263,19 @@ def test_the_manager_leader_dies_and_the_mapping_survives(fleet: Fleet) -> None:
         fleet.managers.start(victim)
 
 
+def test_a_restarted_manager_group_keeps_clusters_and_mapping(fleet: Fleet) -> None:
+    with fleet.managers.admin() as admin:
+        before = admin.get_mapping()
+    fleet.managers.stop()
+    fleet.managers.start()
+    fleet.managers.wait_ready(60)
+    with fleet.managers.admin() as admin:
+        after = admin.get_mapping()
+    assert after.version == before.version
+    assert list(after.queues) == list(before.queues)
+    assert [c.name for c in after.clusters] == ["c1", "c2"]
+
+
 def test_kill_every_node_of_one_cluster_it_is_marked_down_and_the_other_is_untouched(
     fleet: Fleet,
 ) -> None:
