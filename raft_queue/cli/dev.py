@@ -66,6 +66,9 @@ def up(
     if clusters > 1:
         from raft_queue.cli.clusters import fleet_up
 
+        if tls or mtls:
+            raise click.UsageError("--clusters > 1 runs without TLS (the manager has none yet)")
+
         fleet_up(clusters, nodes, data_dir, base_port)
         return
     cluster = LocalCluster(
