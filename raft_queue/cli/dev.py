@@ -42,12 +42,35 @@ def dev() -> None:
     is_flag=True,
     help="As --tls, and nodes require client certificates (one is made for principal admin).",
 )
-def up(nodes: int, data_dir: str, base_port: int, tls: bool = False, mtls: bool = False) -> None:
+@click.option(
+    "--clusters",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 4),
+    help="More than 1: that many clusters of NODES nodes and a 3-node external manager "
+    "(cluster k on base-port + 1000*k; cli/clusters.py).",
+)
+def up(
+    nodes: int,
+    data_dir: str,
+    base_port: int,
+    tls: bool = False,
+    mtls: bool = False,
+    clusters: int = 1,
+) -> None:
     """Start NODES node processes and stay in the foreground (Ctrl-C stops them).
 
     Run it again on the same --data-dir while the cluster runs and it starts
     only the nodes that are down (after a kill -9), then returns.
     """
+    if clusters > 1:
+        from raft_queue.cli.clusters import fleet_up
+
+        if tls or mtls:
+            raise click.UsageError("--clusters > 1 runs without TLS (the manager has none yet)")
+
+        fleet_up(clusters, nodes, data_dir, base_port)
+        return
     cluster = LocalCluster(
         Path(data_dir).resolve(), nodes=nodes, base_port=base_port, tls=tls or mtls,
         tls_options={"require_client_cert": True} if mtls else {},

@@ -39,8 +39,10 @@ class Session:
         timeout_s: float,
         token: str | None = None,
         tls: dict[str, Any] | None = None,
+        manager: str = "",
     ) -> None:
         self.server = server
+        self.manager = manager  # --manager: route through the external manager (cli/clusters.py)
         self.timeout_s = timeout_s
         self.token = token
         self.tls = tls or {}  # Client's TLS keyword arguments (client/tls.py)
@@ -48,15 +50,31 @@ class Session:
 
     @property
     def client(self) -> Client:
+        if self._client is None and self.manager:
+            from raft_queue.client.managed import ManagedClient
+
+            managed: Any = ManagedClient(self.manager, self.token, timeout_s=self.timeout_s)
+            self._client = managed
         if self._client is None:
             self._client = Client(
                 self.server, timeout_s=self.timeout_s, token=self.token, **self.tls
             )
         return self._client
 
+    @property
+    def manager_admin(self) -> Any:
+        """The external manager's API (ManagerService), made on first use."""
+        if getattr(self, "_manager_admin", None) is None:
+            from raft_queue.client.manager_admin import ManagerAdmin
+
+            self._manager_admin = ManagerAdmin(self.manager, self.token, self.timeout_s)
+        return self._manager_admin
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
+        if getattr(self, "_manager_admin", None) is not None:
+            self._manager_admin.close()
 
 
 class RaftqGroup(click.Group):
@@ -100,6 +118,14 @@ class RaftqGroup(click.Group):
     help="Bearer token (else the profile file ~/.config/raftq/credentials, RAFTQ_PROFILE).",
 )
 @tls_options
+@click.option(
+    "--manager",
+    envvar="RAFTQ_MANAGER",
+    default="",
+    show_envvar=True,
+    help="External manager address(es): `clusters` commands, and message commands routed "
+    "by its mapping (docs/operations.md).",
+)
 @click.pass_context
 def main(
     ctx: click.Context,
@@ -110,9 +136,11 @@ def main(
     ca_file: str | None,
     cert_file: str | None,
     key_file: str | None,
+    manager: str = "",
 ) -> None:
     """raftq: operate a raft_queue cluster."""
     session = Session(server, timeout_s, token, tls_arguments(tls, ca_file, cert_file, key_file))
+    session.manager = manager
     ctx.obj = session
     ctx.call_on_close(session.close)
 
@@ -147,6 +175,13 @@ try:
     from raft_queue.cli.keys import keys  # also adds ``queue rotate-key``
 
     main.add_command(keys)
+except ImportError:
+    pass
+try:
+    from raft_queue.cli.clusters import clusters, manager  # also adds ``queue place``
+
+    main.add_command(clusters)
+    main.add_command(manager)
 except ImportError:
     pass
 try:

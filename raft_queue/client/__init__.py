@@ -7,6 +7,7 @@ Errors raised are the ``raft_queue.errors`` tree (re-exported by
 from raft_queue.client.aio import AsyncClient
 from raft_queue.client.client import MAX_BATCH, Client
 from raft_queue.client.consumer import Consumer
+from raft_queue.client.managed import ManagedClient  # queues mapped by the external manager
 from raft_queue.client.models import (
     ClusterStatus,
     Message,
@@ -30,6 +31,7 @@ __all__ = [
     "Backoff",
     "Client",
     "Consumer",
+    "ManagedClient",
     "ClusterStatus",
     "Message",
     "NodeInfo",

@@ -30,7 +30,9 @@ FIELD = "security.cluster_secret_file"
 RAFT_LINK = "raft-link"
 NODE_RPC = "node-rpc"
 RECEIPT_MAC = "receipt-mac"
-PURPOSES = (RAFT_LINK, NODE_RPC, RECEIPT_MAC)
+# The external manager seals the admin tokens of the clusters it calls (manager/sealing.py).
+CLUSTER_TOKENS = "cluster-tokens"
+PURPOSES = (RAFT_LINK, NODE_RPC, RECEIPT_MAC, CLUSTER_TOKENS)
 
 
 def generate_secret_file(path: str | Path) -> Path:

@@ -1,0 +1,197 @@
+"""The external cluster manager on the command line (docs/operations.md
+"Two levels of manager"):
+
+- ``raftq manager --config FILE [--id ID]``: run one manager process;
+- ``raftq clusters list|add|remove|drain``: the clusters it manages;
+- ``raftq queue place Q --cluster C``: put (or adopt) a queue on a cluster;
+- ``raftq dev up --clusters N`` starts N clusters and a 3-node manager
+  (``fleet_up``, called by cli/dev.py).
+
+Commands reach the manager through ``--manager`` (or ``$RAFTQ_MANAGER``);
+with ``--manager`` set, the message commands (send, receive, ack, nack,
+read) go through the manager's mapping too (client/managed.py).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from raft_queue.cli.output import json_option, print_json
+from raft_queue.cli.queue import queue
+
+if TYPE_CHECKING:
+    from raft_queue.cli.main import Session
+
+
+@click.command()
+@click.option("--config", "config_path", required=True, type=click.Path(exists=True),
+              help="Manager TOML file (configs/manager-3node.toml).")  # fmt: skip
+@click.option("--id", "manager_id", default="", help="Manager id, when the file describes several.")
+@click.option("--log-level", default="INFO", show_default=True)
+def manager(config_path: str, manager_id: str, log_level: str) -> None:
+    """Run one external cluster manager until SIGINT/SIGTERM."""
+    from raft_queue.manager.main import run
+
+    run(config_path, manager_id, log_level)
+
+
+def _admin(session: Session) -> Any:
+    if not session.manager:
+        raise click.UsageError("give the manager's address: raftq --manager HOST:PORT ...")
+    return session.manager_admin
+
+
+def _cluster_row(c: Any) -> dict[str, Any]:
+    return {
+        "name": c.name, "health": c.health, "load": c.load, "draining": c.draining,
+        "bootstrap": list(c.bootstrap), "queues": list(c.queues), "reason": c.reason,
+    }  # fmt: skip
+
+
+@click.group()
+def clusters() -> None:
+    """The clusters the external manager maps queues to."""
+
+
+@clusters.command("list")
+@json_option
+@click.pass_obj
+def list_clusters(session: Session, as_json: bool) -> None:
+    """Each cluster: health (healthy, degraded, down), load, draining, queues."""
+    answer = _admin(session).list_clusters()
+    rows = [_cluster_row(c) for c in answer.clusters]
+    if as_json:
+        print_json({"leader": answer.leader, "version": answer.version, "clusters": rows})
+        return
+    click.echo(f"{'CLUSTER':<16} {'HEALTH':<9} {'LOAD':>5} {'DRAIN':<5} {'QUEUES':>6}  REASON")
+    for r in rows:
+        drain = "yes" if r["draining"] else ""
+        click.echo(f"{r['name']:<16} {r['health']:<9} {r['load']:>5} {drain:<5} "
+                   f"{len(r['queues']):>6}  {r['reason']}")  # fmt: skip
+
+
+@clusters.command("add")
+@click.argument("name")
+@click.option("--bootstrap", required=True, help="Node addresses of that cluster, comma separated.")
+@click.option("--token-file", type=click.Path(exists=True, dir_okay=False),
+              help="A file holding an admin token of that cluster (kept sealed).")  # fmt: skip
+@json_option
+@click.pass_obj
+def add(session: Session, name: str, bootstrap: str, token_file: str | None, as_json: bool) -> None:
+    """Register cluster NAME (again: new addresses or token)."""
+    token = Path(token_file).read_text().strip() if token_file else ""
+    addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
+    info = _admin(session).add_cluster(name, addresses, token)
+    _show(info, as_json, f"cluster {name} added ({info.health})")
+
+
+@clusters.command("remove")
+@click.argument("name")
+@json_option
+@click.pass_obj
+def remove(session: Session, name: str, as_json: bool) -> None:
+    """Forget cluster NAME (refused while it holds a managed queue)."""
+    _show(_admin(session).remove_cluster(name), as_json, f"cluster {name} removed")
+
+
+@clusters.command("drain")
+@click.argument("name")
+@click.option("--undo", is_flag=True, help="Take new queues again.")
+@json_option
+@click.pass_obj
+def drain(session: Session, name: str, undo: bool, as_json: bool) -> None:
+    """Place no new queue on NAME (its queues stay: moving them is not built yet)."""
+    info = _admin(session).drain_cluster(name, undrain=undo)
+    _show(info, as_json, f"cluster {name} {'takes new queues' if undo else 'draining'}")
+
+
+def _show(info: Any, as_json: bool, line: str) -> None:
+    if as_json:
+        print_json(_cluster_row(info))
+    else:
+        click.echo(line)
+
+
+@queue.command("place")
+@click.argument("name")
+@click.option("--cluster", "cluster", required=True, help="The cluster to put it on.")
+@click.option("--partitions", type=click.IntRange(1, 1024), default=None,
+              help="For a new queue (default 1).")  # fmt: skip
+@json_option
+@click.pass_obj
+def place(session: Session, name: str, cluster: str, partitions: int | None, as_json: bool) -> None:
+    """Map queue NAME to CLUSTER: create it there, or adopt the one it has."""
+    answer = _admin(session).place_queue(name, cluster, partitions=partitions)
+    homes = [(h.cluster, h.local_partition) for h in answer.partitions]
+    if as_json:
+        print_json({"queue": name, "partitions": [list(h) for h in homes]})
+    else:
+        click.echo(f"queue {name}: {len(homes)} partition(s) on {cluster}")
+
+
+# ---- raftq dev up --clusters N -------------------------------------------------------------
+
+
+def fleet_up(count: int, nodes: int, data_dir: str, base_port: int) -> None:
+    """N LocalClusters (cluster k on base_port + 1000 * k) and a 3-node manager
+    (on base_port + 1000 * N), one admin token for all; foreground until Ctrl-C."""
+    from raft_queue.testing.cluster import LocalCluster
+    from raft_queue.testing.managers import ManagerCluster
+
+    base = Path(data_dir).resolve()
+    managers = ManagerCluster(base / "manager", managers=3, base_port=base_port + 1000 * count)
+    token = managers.token
+    fleet = []
+    for k in range(count):
+        c = LocalCluster(base / f"c{k + 1}", nodes=nodes, base_port=base_port + 1000 * k)
+        c.base_dir.mkdir(parents=True, exist_ok=True)
+        token_file = c.base_dir / "admin.token"
+        if not token_file.exists():  # one token for the whole fleet
+            token_file.write_text(token + "\n")
+            token_file.chmod(0o600)
+        fleet.append(c)
+    stopping = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        for c in fleet:
+            c.start()
+        managers.start()
+        for c in fleet:
+            c.wait_ready(timeout_s=90)
+        managers.wait_ready(timeout_s=60)
+        with managers.admin() as admin:
+            for k, c in enumerate(fleet):
+                admin.add_cluster(f"c{k + 1}", c.bootstrap.split(","), c.token)
+        _print_fleet(fleet, managers, token)
+        while not stopping:
+            time.sleep(0.5)
+    finally:
+        click.echo("stopping...")
+        managers.stop()
+        for c in fleet:
+            c.stop_all()
+
+
+def _print_fleet(fleet: list[Any], managers: Any, token: str) -> None:
+    click.echo(f"raft_queue: {len(fleet)} clusters and a 3-node manager up")
+    for k, c in enumerate(fleet):
+        click.echo(f"  cluster c{k + 1}: {c.bootstrap}  (data in {c.base_dir})")
+    click.echo(f"  manager:    {managers.bootstrap}  (data in {managers.base_dir})")
+    click.echo(f"\n  export RAFTQ_MANAGER={managers.bootstrap}")
+    click.echo(f"  export RAFTQ_TOKEN={token}")
+    click.echo("  raftq clusters list")
+    click.echo("  raftq queue place orders --cluster c1")
+    click.echo("  raftq send orders hello      # routed by the manager's mapping")
+    click.echo(f"  raftq --server {fleet[0].bootstrap} cluster status   # one cluster directly")
+    click.echo("\nCtrl-C stops everything.")

@@ -1,0 +1,371 @@
+"""ManagedClient: the SDK for queues the external cluster manager maps
+(docs/operations.md "Two levels of manager").
+
+It bootstraps from the manager (``manager="h:p,..."``), learns the versioned
+mapping (GetMapping), caches it, and sends every call straight to the right
+cluster through one ordinary ``Client`` per cluster (which finds that
+cluster's partition leaders itself). A queue may span clusters: global
+partition ``i`` is partition ``local`` of the queue of the same name on
+``cluster`` (manager/state.py ``PartitionHome``).
+
+- Placement of a message over the GLOBAL partitions is the one rule of
+  ``calls._prepare``: the explicit ``partition``, else the hash of ``key``,
+  else of ``dedup_id``, else round robin. So a FIFO key always lands on the
+  same partition (hence the same cluster).
+- A batch is split by cluster and the shares are sent in parallel. As with
+  ``Client.send_batch``, if one share fails the others may be stored: give
+  messages dedup ids to re-send without duplicates.
+- Results and messages carry GLOBAL partition numbers; a receipt is prefixed
+  with its cluster (``c1@<receipt>``), so ack/nack/change_visibility find
+  their way back without a lookup.
+- Receive visits the queue's clusters in turn (a rotating start); with
+  ``wait_ms`` it long-polls them in short slices until the deadline.
+- A NotFound from a cluster (the mapping moved on, or was forgotten) refreshes
+  the mapping once and retries; nodes never forward to another cluster.
+
+Thread-safe as ``Client`` is; the mapping cache is swapped whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from raft_queue import errors
+from raft_queue.client.client import Client
+from raft_queue.client.credentials import resolve_token
+from raft_queue.client.manager_admin import ManagerAdmin
+from raft_queue.client.models import (
+    Message,
+    OutgoingMessage,
+    PartitionInfo,
+    QueueInfo,
+    ReadResult,
+    ReceiptResult,
+    SendResult,
+    config_from_pb,
+)
+from raft_queue.client.partitioner import RoundRobin, partition_for_key
+
+T = TypeVar("T")
+Receipts = str | Message | Iterable[str | Message]
+RECEIPT_SEP = "@"  # cluster names never hold it (config.check_name)
+POLL_SLICE_MS = 200  # a long poll over several clusters waits this long on each in turn
+SEND_THREADS = 8  # a batch's shares for different clusters are sent in parallel
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Home:
+    cluster: str
+    local: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Mapping_:
+    version: int
+    bootstrap: dict[str, tuple[str, ...]]
+    queues: dict[str, tuple[Home, ...]]
+    configs: dict[str, Any]
+
+
+class ManagedClient:
+    """``manager``: the manager's gRPC addresses. ``token``: the bearer token for
+    the manager and, unless ``cluster_tokens`` names one, for every cluster.
+    Other keyword arguments go to each cluster's ``Client``."""
+
+    def __init__(
+        self,
+        manager: str | Sequence[str],
+        token: str | None = None,
+        cluster_tokens: Mapping[str, str] | None = None,
+        timeout_s: float = 10.0,
+        **client_kwargs: Any,
+    ) -> None:
+        self._token = resolve_token(token)
+        self.manager = ManagerAdmin(manager, token=self._token or "", timeout_s=timeout_s)
+        self._cluster_tokens = dict(cluster_tokens or {})
+        self._client_kwargs = {"timeout_s": timeout_s, **client_kwargs}
+        self._clients: dict[str, tuple[tuple[str, ...], Client]] = {}
+        self._lock = threading.Lock()
+        self._mapping = Mapping_(0, {}, {}, {})
+        self._round_robin = RoundRobin()
+        self._turn = 0
+        self._executor: ThreadPoolExecutor | None = None  # sends to several clusters at once
+
+    # ---- the mapping -----------------------------------------------------------------------
+    def refresh(self) -> int:
+        """Fetch the mapping if it changed; its version."""
+        answer = self.manager.get_mapping(self._mapping.version)
+        if answer.unchanged:
+            return self._mapping.version
+        bootstrap = {c.name: tuple(c.bootstrap) for c in answer.clusters}
+        queues = {
+            q.name: tuple(Home(h.cluster, h.local_partition) for h in q.partitions)
+            for q in answer.queues
+        }
+        configs = {q.name: config_from_pb(q.config) for q in answer.queues}
+        self._mapping = Mapping_(int(answer.version), bootstrap, queues, configs)
+        return self._mapping.version
+
+    @property
+    def mapping_version(self) -> int:
+        return self._mapping.version
+
+    def homes(self, queue: str) -> tuple[Home, ...]:
+        """The queue's partitions (index = global partition), refreshing once if unknown."""
+        homes = self._mapping.queues.get(queue)
+        if homes is None:
+            self.refresh()
+            homes = self._mapping.queues.get(queue)
+        if homes is None:
+            raise errors.NotFound(f"queue {queue!r} is not mapped by the manager")
+        return homes
+
+    def client_for(self, cluster: str) -> Client:
+        bootstrap = self._mapping.bootstrap.get(cluster)
+        if bootstrap is None:
+            raise errors.NotFound(f"cluster {cluster!r} is not in the manager's mapping")
+        with self._lock:
+            cached = self._clients.get(cluster)
+            if cached is not None and cached[0] == bootstrap:
+                return cached[1]
+            token = self._cluster_tokens.get(cluster, self._token or "")
+            client = Client(list(bootstrap), token=token, **self._client_kwargs)
+            self._clients[cluster] = (bootstrap, client)
+        if cached is not None:
+            cached[1].close()
+        return client
+
+    def _routed(self, queue: str, fn: Any) -> Any:
+        """``fn(homes)``; on NotFound, refresh the mapping once and retry."""
+        try:
+            return fn(self.homes(queue))
+        except errors.NotFound:
+            before = self._mapping.version
+            if self.refresh() == before:
+                raise
+            return fn(self.homes(queue))
+
+    # ---- queues --------------------------------------------------------------------------------
+    def create_queue(
+        self, name: str, partitions: int = 1, clusters: Sequence[str] = (), **config: Any
+    ) -> QueueInfo:
+        """Create ``name`` through the manager: on the least-loaded healthy cluster,
+        or spread over ``clusters`` (``homes(name)`` says where each partition went)."""
+        self.manager.create_queue(name, partitions, clusters, **config)
+        self.refresh()
+        return self.get_queue(name)
+
+    def get_queue(self, name: str) -> QueueInfo:
+        """The global config, depth counters summed over the queue's clusters."""
+
+        def run(homes: tuple[Home, ...]) -> QueueInfo:
+            infos = [self.client_for(c).get_queue(name) for c in _clusters(homes)]
+            sums = {f: sum(getattr(i, f) for i in infos)
+                    for f in ("messages", "in_flight", "delayed", "dead", "bytes")}  # fmt: skip
+            oldest = max(i.oldest_message_age_ms for i in infos)
+            config = self._mapping.configs.get(name, infos[0].config)
+            return QueueInfo(name, config, infos[0].created_ms, oldest_message_age_ms=oldest,
+                             **sums)  # fmt: skip
+
+        return self._routed(name, run)  # type: ignore[no-any-return]
+
+    def partitions(self, queue: str) -> list[PartitionInfo]:
+        """Every global partition (its number), as its cluster describes it."""
+
+        def run(homes: tuple[Home, ...]) -> list[PartitionInfo]:
+            local = {c: {p.partition: p for p in self.client_for(c).partitions(queue)}
+                     for c in _clusters(homes)}  # fmt: skip
+            return [dataclasses.replace(local[h.cluster][h.local], partition=g)
+                    for g, h in enumerate(homes)]  # fmt: skip
+
+        return self._routed(queue, run)  # type: ignore[no-any-return]
+
+    # ---- send ----------------------------------------------------------------------------------
+    def send(self, queue: str, body: bytes | str, key: str = "", **fields: Any) -> SendResult:
+        return self.send_batch(queue, [OutgoingMessage(body, key, **fields)])[0]
+
+    def send_batch(
+        self, queue: str, messages: Iterable[OutgoingMessage | bytes | str], create: bool = False
+    ) -> list[SendResult]:
+        """As ``Client.send_batch``, over the global partitions. ``create`` is
+        refused: queues are created through the manager (``create_queue``)."""
+        if create:
+            raise errors.InvalidArgument("create", "create managed queues with create_queue")
+        pending = list(messages)
+
+        def run(homes: tuple[Home, ...]) -> list[SendResult]:
+            # A bare body only picks its cluster here (round robin over the global
+            # partitions, so each cluster gets its share); that cluster's Client
+            # picks the local partition, on its fast path for bare bodies (a
+            # per-message OutgoingMessage halved W2's rate).
+            placed = [self._place(queue, len(homes), m) for m in pending]
+            back = {(h.cluster, h.local): g for g, h in enumerate(homes)}
+            results: list[SendResult | None] = [None] * len(pending)
+            groups: list[tuple[str, list[int]]] = []
+            for cluster in _clusters(homes):
+                idx = [i for i, g in enumerate(placed) if homes[g].cluster == cluster]
+                if idx:
+                    groups.append((cluster, idx))
+
+            def send(cluster: str, idx: list[int]) -> None:
+                local = [_localized(pending[i], homes[placed[i]].local) for i in idx]
+                got = self.client_for(cluster).send_batch(queue, local)
+                for i, r in zip(idx, got, strict=True):
+                    results[i] = dataclasses.replace(r, partition=back[(cluster, r.partition)])
+
+            if len(groups) == 1:
+                send(*groups[0])
+            else:  # the clusters' shares in parallel; the first error is raised
+                for f in [self._pool().submit(send, c, idx) for c, idx in groups]:
+                    f.result()
+            return [r for r in results if r is not None]
+
+        return self._routed(queue, run)  # type: ignore[no-any-return]
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(SEND_THREADS, "managed-send")
+            return self._executor
+
+    def _place(self, queue: str, count: int, m: OutgoingMessage | bytes | str) -> int:
+        if not isinstance(m, OutgoingMessage):
+            return self._round_robin.next(queue, count) if count > 1 else 0
+        if m.partition is not None:
+            if not 0 <= m.partition < count:
+                raise errors.InvalidArgument("partition", f"must be in [0, {count})")
+            return m.partition
+        if m.key:
+            return partition_for_key(m.key, count)
+        if m.dedup_id:
+            return partition_for_key(m.dedup_id, count)
+        return self._round_robin.next(queue, count) if count > 1 else 0
+
+    # ---- receive and receipts -------------------------------------------------------------
+    def receive(
+        self,
+        queue: str,
+        max_messages: int = 1,
+        visibility_ms: int | None = None,
+        wait_ms: int = 0,
+        consumer: str = "",
+    ) -> list[Message]:
+        def run(homes: tuple[Home, ...]) -> list[Message]:
+            clusters = _clusters(homes)
+            back = {(h.cluster, h.local): g for g, h in enumerate(homes)}
+            self._turn += 1
+            order = clusters[self._turn % len(clusters) :] + clusters[: self._turn % len(clusters)]
+            deadline = time.monotonic() + wait_ms / 1000
+            waits = [0] if len(order) > 1 or not wait_ms else [wait_ms]
+            while True:
+                for wait in waits:
+                    for cluster in order:
+                        got = self.client_for(cluster).receive(
+                            queue, max_messages, visibility_ms, wait, consumer
+                        )
+                        if got:
+                            return [_global(m, cluster, back) for m in got]
+                left_ms = int((deadline - time.monotonic()) * 1000)
+                if left_ms <= 0 or len(order) == 1:
+                    return []
+                waits = [min(left_ms // len(order) + 1, POLL_SLICE_MS)]
+
+        return self._routed(queue, run)  # type: ignore[no-any-return]
+
+    def ack(self, queue: str, receipts: Receipts) -> list[ReceiptResult]:
+        return self._settle(queue, receipts, lambda c, r: c.ack(queue, r))
+
+    def nack(
+        self, queue: str, receipts: Receipts, delay_ms: int = 0, release: bool = False
+    ) -> list[ReceiptResult]:
+        return self._settle(queue, receipts, lambda c, r: c.nack(queue, r, delay_ms, release))
+
+    def change_visibility(
+        self, queue: str, receipts: Receipts, visibility_ms: int
+    ) -> list[ReceiptResult]:
+        return self._settle(
+            queue, receipts, lambda c, r: c.change_visibility(queue, r, visibility_ms)
+        )
+
+    def _settle(self, queue: str, given: Receipts, fn: Any) -> list[ReceiptResult]:
+        """Group receipts by their cluster prefix; results in the order given."""
+        items = [given] if isinstance(given, str | Message) else list(given)
+        receipts = [r.receipt if isinstance(r, Message) else r for r in items]
+        self.homes(queue)  # the mapping knows its clusters
+        out: list[ReceiptResult | None] = [None] * len(receipts)
+        by_cluster: dict[str, list[int]] = {}
+        for i, receipt in enumerate(receipts):
+            cluster, sep, _ = receipt.partition(RECEIPT_SEP)
+            if not sep:
+                raise errors.InvalidArgument(f"receipts[{i}]", "not a receipt of ManagedClient")
+            by_cluster.setdefault(cluster, []).append(i)
+        for cluster, idx in by_cluster.items():
+            inner = [receipts[i].partition(RECEIPT_SEP)[2] for i in idx]
+            for i, r in zip(idx, fn(self.client_for(cluster), inner), strict=True):
+                out[i] = dataclasses.replace(r, receipt=receipts[i])
+        return [r for r in out if r is not None]
+
+    # ---- offset reads ----------------------------------------------------------------------------
+    def read(
+        self, queue: str, partition: int, offset: int = 0, max_messages: int = 100, **kw: Any
+    ) -> ReadResult:
+        def run(homes: tuple[Home, ...]) -> ReadResult:
+            if not 0 <= partition < len(homes):
+                raise errors.InvalidArgument("partition", f"must be in [0, {len(homes)})")
+            home = homes[partition]
+            got = self.client_for(home.cluster).read(queue, home.local, offset, max_messages, **kw)
+            back = {(home.cluster, home.local): partition}
+            msgs = [_global(m, home.cluster, back, receipt=False) for m in got.messages]
+            return dataclasses.replace(got, messages=msgs)
+
+        return self._routed(queue, run)  # type: ignore[no-any-return]
+
+    def __getattr__(self, name: str) -> Any:
+        """What the manager does not route (history, offsets of groups, admin
+        calls): say so, instead of an AttributeError."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise errors.FailedPrecondition(
+            f"{name} is not routed through the manager: call the cluster directly "
+            "(client_for(cluster), raftq --server)"
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            for _, client in self._clients.values():
+                client.close()
+            self._clients.clear()
+            if self._executor is not None:
+                self._executor.shutdown(wait=False)
+                self._executor = None
+        self.manager.close()
+
+    def __enter__(self) -> ManagedClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _localized(m: OutgoingMessage | bytes | str, local: int) -> OutgoingMessage | bytes | str:
+    """``m`` for its cluster: an OutgoingMessage pinned to its local partition,
+    a bare body as it is."""
+    return dataclasses.replace(m, partition=local) if isinstance(m, OutgoingMessage) else m
+
+
+def _clusters(homes: tuple[Home, ...]) -> list[str]:
+    return list(dict.fromkeys(h.cluster for h in homes))
+
+
+def _global(
+    m: Message, cluster: str, back: dict[tuple[str, int], int], receipt: bool = True
+) -> Message:
+    """A cluster's message with its global partition and a cluster-prefixed receipt."""
+    partition = back.get((cluster, m.partition), m.partition)
+    tagged = f"{cluster}{RECEIPT_SEP}{m.receipt}" if receipt and m.receipt else m.receipt
+    return dataclasses.replace(m, partition=partition, receipt=tagged)

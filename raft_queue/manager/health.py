@@ -1,0 +1,140 @@
+"""Health and load of each cluster, as the manager leader sees them.
+
+Every ``poll_period_s`` the leader asks each registered cluster for its
+ClusterStatus (AdminService, with that cluster's admin token) and judges it
+(``judge``, pure):
+
+- healthy: a node answered, the cluster's metadata group has a leader, every
+  node is alive (or draining) and answered, no replica stopped on a failure;
+- degraded: a node answered but one of the above does not hold, or no node
+  answered for less than ``down_after_s`` (one lost poll is not an outage);
+- down: no node answered for ``down_after_s``.
+
+Load is the number of partition replicas the cluster hosts per node (from
+the same ClusterStatus; the cluster's /metrics are not read yet). A changed
+judgement is committed (ReportHealth); an unchanged one writes nothing, so an
+idle manager's log does not grow. Only the leader polls: a new leader starts
+from the recorded health.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from raft_queue.client import Client
+from raft_queue.client.models import ClusterStatus
+from raft_queue.manager import state
+from raft_queue.manager.config import HealthPolling
+from raft_queue.manager.node import ManagerNode
+from raft_queue.manager.sealing import TokenSeal
+
+log = logging.getLogger(__name__)
+
+Judgement = tuple[str, int, str]  # (health, load, reason)
+
+
+def judge(
+    status: ClusterStatus | None, error: str, silent_s: float, down_after_s: float
+) -> Judgement | None:
+    """The health of one cluster from one poll; None = keep the recorded one
+    (the poll failed, but not for long enough to say anything)."""
+    if status is None:
+        if silent_s >= down_after_s:
+            return ("down", 0, f"no node answered for {silent_s:.1f} s: {error}"[:200])
+        return None
+    nodes = [n for n in status.nodes if n.state != "removed"]
+    load = len(status.replicas) // max(1, len(nodes))
+    problems = []
+    if not status.metadata_leader:
+        problems.append("metadata group has no leader")
+    sick = sorted(n.id for n in nodes if n.state not in ("alive", "draining"))
+    if sick:
+        problems.append("nodes not alive: " + ",".join(sick))
+    if status.unreachable:
+        problems.append("unreachable: " + ",".join(sorted(status.unreachable)))
+    failed = sorted({r.node for r in status.replicas if r.role == "failed"})
+    if failed:
+        problems.append("failed replicas on: " + ",".join(failed))
+    if problems:
+        return ("degraded", load, "; ".join(problems)[:200])
+    return ("healthy", load, "")
+
+
+class HealthPoller:
+    def __init__(
+        self,
+        node: ManagerNode,
+        seal: TokenSeal,
+        settings: HealthPolling,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self._node = node
+        self._seal = seal
+        self._settings = settings
+        self._clock = clock
+        self._wall_ms = wall_ms
+        self._clients: dict[str, tuple[tuple[str, ...], str, Client]] = {}
+        self._last_ok: dict[str, float] = {}
+
+    async def run_forever(self) -> None:
+        while True:
+            started = self._clock()
+            try:
+                if self._node.can_serve():
+                    await self.poll_once()
+            except Exception:
+                log.exception("health poll failed")
+            delay = self._settings.poll_period_s - (self._clock() - started)
+            await asyncio.sleep(max(0.05, delay))
+
+    async def poll_once(self) -> None:
+        clusters = list(self._node.view.clusters().values())
+        await asyncio.gather(*(self._poll(c) for c in clusters))
+
+    async def _poll(self, record: state.ClusterRecord) -> None:
+        loop = asyncio.get_running_loop()
+        now = self._clock()
+        last_ok = self._last_ok.setdefault(record.name, now)
+        try:
+            client = self._client(record)
+            status = await loop.run_in_executor(None, client.cluster_status)
+            error = ""
+            self._last_ok[record.name] = self._clock()
+        except Exception as exc:  # any failure to hear from it counts as silence
+            status, error = None, f"{type(exc).__name__}: {exc}"
+        verdict = judge(status, error, self._clock() - last_ok, self._settings.down_after_s)
+        if verdict is None or verdict == (record.health, record.load, record.reason):
+            return
+        health, load, reason = verdict
+        if health != record.health:
+            log.info("cluster %s: %s -> %s %s", record.name, record.health, health, reason)
+        cmd = state.ReportHealth(record.name, health, load, reason, self._wall_ms())
+        await self._node.submit(cmd)
+
+    def _client(self, record: state.ClusterRecord) -> Client:
+        cached = self._clients.get(record.name)
+        if cached is not None and cached[:2] == (record.bootstrap, record.token):
+            return cached[2]
+        if cached is not None:
+            cached[2].close()
+        token = self._seal.open(record.token, record.name)
+        client = cluster_client(record.bootstrap, token, self._settings.call_timeout_s)
+        self._clients[record.name] = (record.bootstrap, record.token, client)
+        return client
+
+    def close(self) -> None:
+        for _, _, client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+
+def cluster_client(bootstrap: tuple[str, ...], token: str, timeout_s: float, **kw: Any) -> Client:
+    """An SDK client of one cluster, as the manager calls it (its admin token)."""
+    return Client(
+        list(bootstrap), timeout_s=timeout_s, retries=kw.pop("retries", 2), token=token, **kw
+    )

@@ -1,0 +1,324 @@
+"""ManagerMachine: the replicated state of the external cluster manager (pure).
+
+The second level of management (docs/operations.md "Two levels of manager"):
+each cluster's own metadata group still places replicas on that cluster's
+nodes; the manager only knows clusters as wholes and which cluster holds each
+partition of each queue it manages.
+
+State:
+
+- clusters: name -> ``ClusterRecord`` (bootstrap addresses, the sealed admin
+  token the manager calls it with, health, load, draining);
+- queues: name -> ``ManagedQueue``: its global configuration (a QueueSpec
+  as a dict, ``partitions`` = the global count) and, per global partition,
+  its ``PartitionHome`` (cluster, partition index in that cluster's queue of
+  the same name), so one queue can span clusters;
+- ``version``: bumped by every change; ``mapping_version``: bumped only by
+  changes a router cares about (clusters added/removed/re-addressed, queues
+  placed or forgotten). Clients cache the mapping under it.
+
+As ``core/metadata.py``: commands are frozen dataclasses JSON-encoded on the
+Raft log, ``apply`` is deterministic (the leader stamps ``now_ms`` and seals
+tokens before proposing), and a rejected command changes nothing and raises
+the same error on every replica.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from raft_queue import errors
+from raft_queue.config import check_name, check_queue_name, parse_host_port
+
+HEALTHS = ("unknown", "healthy", "degraded", "down")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterRecord:
+    name: str
+    bootstrap: tuple[str, ...]
+    token: str = ""  # the cluster's admin token, sealed by the leader (manager/sealing.py)
+    health: str = "unknown"  # one of HEALTHS, as the manager's poller last judged it
+    load: int = 0  # partitions the cluster hosts (its replicas / its nodes' count)
+    draining: bool = False  # no new queues placed on it
+    health_since_ms: int = 0  # when ``health`` last changed (leader clock)
+    reason: str = ""  # why degraded or down
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionHome:
+    """Where one global partition lives: ``cluster``'s queue of the same name,
+    its partition ``local``."""
+
+    cluster: str
+    local: int
+
+
+@dataclass(frozen=True, slots=True)
+class ManagedQueue:
+    name: str
+    partitions: tuple[PartitionHome, ...]
+    config: dict[str, Any] = field(hash=False)  # QueueSpec.to_dict(), partitions = global
+    created_ms: int = 0
+
+    def clusters(self) -> list[str]:
+        """The clusters holding a partition of this queue, in partition order."""
+        return list(dict.fromkeys(h.cluster for h in self.partitions))
+
+    def local_count(self, cluster: str) -> int:
+        """How many partitions the queue has on ``cluster``."""
+        return sum(1 for h in self.partitions if h.cluster == cluster)
+
+
+# ---- commands -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AddCluster:
+    name: str
+    bootstrap: tuple[str, ...]
+    token: str
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveCluster:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetDraining:
+    name: str
+    draining: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReportHealth:
+    name: str
+    health: str
+    load: int
+    reason: str
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlaceQueue:
+    name: str
+    partitions: tuple[PartitionHome, ...]
+    config: dict[str, Any] = field(hash=False)
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetQueue:
+    name: str
+
+
+ManagerCommand = AddCluster | RemoveCluster | SetDraining | ReportHealth | PlaceQueue | ForgetQueue
+_COMMANDS: dict[str, type[Any]] = {
+    c.__name__: c
+    for c in (AddCluster, RemoveCluster, SetDraining, ReportHealth, PlaceQueue, ForgetQueue)
+}
+
+
+def encode_command(cmd: ManagerCommand) -> bytes:
+    return json.dumps({"t": type(cmd).__name__, **asdict(cmd)}, sort_keys=True).encode()
+
+
+def decode_command(raw: bytes) -> ManagerCommand:
+    data = json.loads(raw)
+    cls = _COMMANDS[data.pop("t")]
+    if "bootstrap" in data:
+        data["bootstrap"] = tuple(data["bootstrap"])
+    if "partitions" in data:
+        data["partitions"] = _homes(data["partitions"])
+    return cls(**data)  # type: ignore[no-any-return]
+
+
+def _homes(raw: list[Any]) -> tuple[PartitionHome, ...]:
+    return tuple(
+        PartitionHome(str(h["cluster"]), int(h["local"]))
+        if isinstance(h, dict)
+        else PartitionHome(str(h[0]), int(h[1]))
+        for h in raw
+    )
+
+
+# ---- checks shared by the service and apply -------------------------------------------------
+
+
+def check_cluster(name: str, bootstrap: tuple[str, ...]) -> None:
+    """INVALID_ARGUMENT naming the field: a cluster name and its addresses."""
+    check_name("name", name)
+    if not bootstrap:
+        raise errors.InvalidArgument("bootstrap", "needs at least one host:port address")
+    for i, address in enumerate(bootstrap):
+        try:
+            parse_host_port(f"bootstrap[{i}]", address)
+        except errors.ConfigError as exc:
+            raise errors.InvalidArgument(exc.field, str(exc).split(": ", 1)[-1]) from exc
+
+
+def plan_homes(
+    machine: ManagerMachine, partitions: int, named: tuple[str, ...]
+) -> tuple[PartitionHome, ...]:
+    """Where a new queue's ``partitions`` go: spread round-robin over the
+    ``named`` clusters (partition i on ``named[i % k]``, local index i // k),
+    or all on the least-loaded healthy cluster that is not draining (ties:
+    by name). NotFound / FailedPrecondition naming the cluster; Unavailable
+    when no cluster is healthy."""
+    if partitions < 1:
+        raise errors.InvalidArgument("partitions", "must be at least 1")
+    clusters = machine.clusters()
+    if named:
+        if len(set(named)) != len(named):
+            raise errors.InvalidArgument("clusters", "names a cluster twice")
+        for name in named:
+            c = clusters.get(name)
+            if c is None:
+                raise errors.NotFound(f"cluster {name!r} is not registered")
+            if c.draining:
+                raise errors.FailedPrecondition(f"cluster {name!r} is draining")
+        if len(named) > partitions:
+            raise errors.InvalidArgument("clusters", "more clusters than partitions")
+        chosen = named
+    else:
+        healthy = [c for c in clusters.values() if c.health == "healthy" and not c.draining]
+        if not healthy:
+            raise errors.Unavailable("no healthy cluster that is not draining to place on")
+        chosen = (min(healthy, key=lambda c: (c.load, c.name)).name,)
+    k = len(chosen)
+    return tuple(PartitionHome(chosen[i % k], i // k) for i in range(partitions))
+
+
+# ---- the machine ------------------------------------------------------------------------------
+
+
+class ManagerMachine:
+    def __init__(self) -> None:
+        self._clusters: dict[str, ClusterRecord] = {}
+        self._queues: dict[str, ManagedQueue] = {}
+        self.version = 0
+        self.mapping_version = 0
+
+    # ---- reads ----------------------------------------------------------------------------
+    def clusters(self) -> dict[str, ClusterRecord]:
+        return dict(self._clusters)
+
+    def cluster(self, name: str) -> ClusterRecord | None:
+        return self._clusters.get(name)
+
+    def queues(self) -> list[ManagedQueue]:
+        return [self._queues[n] for n in sorted(self._queues)]
+
+    def queue(self, name: str) -> ManagedQueue | None:
+        return self._queues.get(name)
+
+    def queues_on(self, cluster: str) -> list[str]:
+        return [q.name for q in self.queues() if cluster in q.clusters()]
+
+    # ---- apply ----------------------------------------------------------------------------
+    def apply(self, cmd: ManagerCommand) -> Any:
+        handler = getattr(self, "_" + type(cmd).__name__)
+        result = handler(cmd)
+        return result
+
+    def _bump(self, mapping: bool) -> None:
+        self.version += 1
+        if mapping:
+            self.mapping_version += 1
+
+    def _AddCluster(self, cmd: AddCluster) -> ClusterRecord:  # noqa: N802
+        check_cluster(cmd.name, cmd.bootstrap)
+        old = self._clusters.get(cmd.name)
+        if old is not None:
+            record = replace(old, bootstrap=cmd.bootstrap, token=cmd.token or old.token)
+        else:
+            record = ClusterRecord(cmd.name, cmd.bootstrap, cmd.token, health_since_ms=cmd.now_ms)
+        self._clusters[cmd.name] = record
+        self._bump(mapping=old is None or old.bootstrap != cmd.bootstrap)
+        return record
+
+    def _RemoveCluster(self, cmd: RemoveCluster) -> ClusterRecord:  # noqa: N802
+        record = self._need_cluster(cmd.name)
+        queues = self.queues_on(cmd.name)
+        if queues:
+            raise errors.FailedPrecondition(
+                f"cluster {cmd.name!r} still holds queues {queues[:5]}: move or forget them first"
+            )
+        del self._clusters[cmd.name]
+        self._bump(mapping=True)
+        return record
+
+    def _SetDraining(self, cmd: SetDraining) -> ClusterRecord:  # noqa: N802
+        record = replace(self._need_cluster(cmd.name), draining=cmd.draining)
+        self._clusters[cmd.name] = record
+        self._bump(mapping=False)
+        return record
+
+    def _ReportHealth(self, cmd: ReportHealth) -> ClusterRecord:  # noqa: N802
+        if cmd.health not in HEALTHS:
+            raise errors.InvalidArgument("health", f"must be one of {HEALTHS}")
+        old = self._need_cluster(cmd.name)
+        since = old.health_since_ms if old.health == cmd.health else cmd.now_ms
+        record = replace(
+            old, health=cmd.health, load=cmd.load, reason=cmd.reason, health_since_ms=since
+        )
+        self._clusters[cmd.name] = record
+        self._bump(mapping=False)
+        return record
+
+    def _PlaceQueue(self, cmd: PlaceQueue) -> ManagedQueue:  # noqa: N802
+        check_queue_name(cmd.name)
+        if not cmd.partitions:
+            raise errors.InvalidArgument("partitions", "must be at least 1")
+        for home in cmd.partitions:
+            self._need_cluster(home.cluster)
+        queue = ManagedQueue(cmd.name, cmd.partitions, dict(cmd.config), cmd.now_ms)
+        old = self._queues.get(cmd.name)
+        if old is not None:
+            if old.partitions == queue.partitions and old.config == queue.config:
+                return old  # the same placement again: idempotent (a retried create)
+            raise errors.AlreadyExists(f"queue {cmd.name!r} is already placed differently")
+        self._queues[cmd.name] = queue
+        self._bump(mapping=True)
+        return queue
+
+    def _ForgetQueue(self, cmd: ForgetQueue) -> ManagedQueue:  # noqa: N802
+        queue = self._queues.pop(cmd.name, None)
+        if queue is None:
+            raise errors.NotFound(f"queue {cmd.name!r} is not managed")
+        self._bump(mapping=True)
+        return queue
+
+    def _need_cluster(self, name: str) -> ClusterRecord:
+        record = self._clusters.get(name)
+        if record is None:
+            raise errors.NotFound(f"cluster {name!r} is not registered")
+        return record
+
+    # ---- snapshots --------------------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        data = {
+            "version": self.version,
+            "mapping_version": self.mapping_version,
+            "clusters": [asdict(c) for c in self._clusters.values()],
+            "queues": [asdict(q) for q in self._queues.values()],
+        }
+        return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> ManagerMachine:
+        data = json.loads(raw)
+        machine = cls()
+        machine.version = int(data["version"])
+        machine.mapping_version = int(data["mapping_version"])
+        for c in data["clusters"]:
+            c["bootstrap"] = tuple(c["bootstrap"])
+            machine._clusters[c["name"]] = ClusterRecord(**c)
+        for q in data["queues"]:
+            q["partitions"] = _homes(q["partitions"])
+            machine._queues[q["name"]] = ManagedQueue(**q)
+        return machine

@@ -1,0 +1,316 @@
+"""The external cluster manager on real processes: two 3-node clusters and a
+3-node manager (9 node processes: one fixture for the whole module, tests
+in order, the destructive one last)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from raft_queue import errors
+from raft_queue.cli.main import main
+from raft_queue.client import Client, OutgoingMessage
+from raft_queue.client.managed import ManagedClient
+from raft_queue.testing.cluster import LocalCluster
+from raft_queue.testing.managers import ManagerCluster
+
+pytestmark = pytest.mark.integration
+
+HEALTH = {"poll_period_s": 0.5, "call_timeout_s": 2.0, "down_after_s": 3.0}
+
+
+@dataclass
+class Fleet:
+    c1: LocalCluster
+    c2: LocalCluster
+    managers: ManagerCluster
+
+    def managed(self) -> ManagedClient:
+        return ManagedClient(self.managers.bootstrap, self.managers.token)
+
+    def health(self) -> dict[str, str]:
+        with self.managers.admin() as admin:
+            return {c.name: c.health for c in admin.list_clusters().clusters}
+
+
+def _wait(what: str, check: object, timeout_s: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if check():  # type: ignore[operator]
+            return time.monotonic() - started
+        time.sleep(0.1)
+    raise AssertionError(f"{what}: not within {timeout_s} s")
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    base = Path(tmp_path_factory.mktemp("manager"))
+    c1, c2 = LocalCluster(base / "c1", nodes=3), LocalCluster(base / "c2", nodes=3)
+    managers = ManagerCluster(base / "mgr", managers=3, health=HEALTH)
+    for c in (c1, c2):  # one admin token for the fleet, as `raftq dev up --clusters` makes
+        c.base_dir.mkdir(parents=True)
+        (c.base_dir / "admin.token").write_text(managers.token + "\n")
+        (c.base_dir / "admin.token").chmod(0o600)
+    try:
+        for part in (c1, c2, managers):
+            part.start()
+        c1.wait_ready(90)
+        c2.wait_ready(90)
+        managers.wait_ready(60)
+        with managers.admin() as admin:
+            admin.add_cluster("c1", c1.bootstrap.split(","), c1.token)
+        yield Fleet(c1, c2, managers)
+    except BaseException:
+        for i in range(3):
+            print(f"--- m{i + 1} log tail ---")
+            print("\n".join(managers.log_path(i).read_text(errors="replace").splitlines()[-20:]))
+        raise
+    finally:
+        managers.stop()
+        c1.stop()
+        c2.stop()
+
+
+def test_cli_registers_lists_and_drains_clusters(fleet: Fleet) -> None:
+    runner = CliRunner()
+
+    def raftq(*args: str) -> Any:
+        argv = ["--manager", fleet.managers.bootstrap, "--token", fleet.managers.token, *args]
+        result = runner.invoke(main, argv)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output) if "--json" in args else result.output
+
+    token_file = str(fleet.c2.base_dir / "admin.token")
+    raftq("clusters", "add", "c2", "--bootstrap", fleet.c2.bootstrap, "--token-file", token_file)
+    listed = raftq("clusters", "list", "--json")
+    assert [c["name"] for c in listed["clusters"]] == ["c1", "c2"]
+    assert listed["leader"] in fleet.managers.addresses
+    raftq("clusters", "drain", "c2")
+    assert raftq("clusters", "list", "--json")["clusters"][1]["draining"] is True
+    raftq("clusters", "drain", "c2", "--undo")
+    assert "CLUSTER" in raftq("clusters", "list")
+    # A queue placed by name, then sent to and received through the manager's mapping.
+    raftq("queue", "place", "cli-q", "--cluster", "c2", "--partitions", "2")
+    made = raftq("queue", "create", "cli-made", "--partitions", "3", "--json")
+    assert made["config"]["partitions"] == 3
+    raftq("send", "cli-q", "hello", "--key", "k1")
+    got = raftq("receive", "cli-q", "--wait", "2", "--json")
+    assert [m["body"] for m in got] == ["hello"]
+    with fleet.c2.client() as c2:
+        assert c2.get_queue("cli-q").messages == 0  # received and acked, on c2
+    failed = runner.invoke(main, ["--manager", fleet.managers.bootstrap, "--token",
+                                  fleet.managers.token, "clusters", "remove", "c2"])  # fmt: skip
+    assert failed.exit_code == 1 and "still holds queues" in failed.output
+
+
+def test_the_manager_serves_its_admin_tokens_only(fleet: Fleet) -> None:
+    anonymous = fleet.managers.admin(token="", attempts=1)
+    with anonymous, pytest.raises(errors.Unauthenticated):
+        anonymous.list_clusters()
+    stranger = fleet.managers.admin(token="rqt_not-a-token", attempts=1)
+    with stranger, pytest.raises(errors.Unauthenticated):
+        stranger.get_mapping()
+
+
+def test_registered_clusters_turn_healthy(fleet: Fleet) -> None:
+    took = _wait("both healthy", lambda: set(fleet.health().values()) == {"healthy"}, 30)
+    print(f"both clusters healthy {took:.1f} s after registration")
+
+
+def test_new_queues_go_to_a_named_or_the_least_loaded_cluster(fleet: Fleet) -> None:
+    with fleet.managers.admin() as admin:
+        before = admin.get_mapping().version
+        named = admin.create_queue("on-c2", partitions=2, clusters=["c2"])
+        assert {h.cluster for h in named.partitions} == {"c2"}
+        auto = admin.create_queue("auto", partitions=1)
+        assert auto.partitions[0].cluster in ("c1", "c2")
+        # The same create again is idempotent; the mapping version moved twice.
+        admin.create_queue("on-c2", partitions=2, clusters=["c2"])
+        assert admin.get_mapping().version == before + 2
+        assert admin.get_mapping(before + 2).unchanged
+        with pytest.raises(errors.NotFound):
+            admin.create_queue("nowhere", clusters=["c9"])
+    # The per-cluster queue is real on c2 and absent on c1: a node of c1 answers NOT_FOUND.
+    with fleet.c2.client() as c2:
+        assert c2.get_queue("on-c2").partitions == 2
+    with fleet.c1.client() as c1, pytest.raises(errors.NotFound):
+        c1.send("on-c2", b"x")
+
+
+def test_place_adopts_a_queue_a_cluster_already_has(fleet: Fleet) -> None:
+    with fleet.c1.client() as c1:
+        c1.create_queue("legacy", partitions=3, replication_factor=3)
+        c1.send("legacy", b"old", key="k")
+    with fleet.managers.admin() as admin:
+        placed = admin.place_queue("legacy", "c1")
+        assert [h.local_partition for h in placed.partitions] == [0, 1, 2]
+        with pytest.raises(errors.FailedPrecondition):
+            admin.place_queue("legacy", "c2")  # a move, not a place
+    with fleet.managed() as client:
+        got = client.receive("legacy", 10, wait_ms=2000)
+        assert [m.body for m in got] == [b"old"]
+        assert client.ack("legacy", [m.receipt for m in got])[0].ok
+
+
+def test_a_queue_spanning_both_clusters_sends_and_receives_reach_all_partitions(
+    fleet: Fleet,
+) -> None:
+    with fleet.managed() as client:
+        info = client.create_queue("span", partitions=4, clusters=["c1", "c2"], ordering="fifo")
+        assert info.partitions == 4 and info.config.ordering == "fifo"
+        homes = client.homes("span")
+        assert [h.cluster for h in homes] == ["c1", "c2", "c1", "c2"]
+        messages = [OutgoingMessage(b"m%03d" % i, key=f"key-{i % 40}") for i in range(200)]
+        results = client.send_batch("span", messages)
+        assert {r.partition for r in results} == {0, 1, 2, 3}
+        # Each cluster holds exactly the messages of its own partitions.
+        per_cluster = {"c1": 0, "c2": 0}
+        for r in results:
+            per_cluster[homes[r.partition].cluster] += 1
+        for name, c in (("c1", fleet.c1), ("c2", fleet.c2)):
+            with c.client() as direct:
+                assert direct.get_queue("span").messages == per_cluster[name]
+        assert client.get_queue("span").messages == 200
+        # Offset reads by global partition reach the right cluster's partition
+        # (before the acks: acked messages leave the log).
+        read = client.read("span", 3, 0, max_messages=100)
+        assert {m.partition for m in read.messages} == {3}
+        assert len(read.messages) == sum(1 for r in results if r.partition == 3)
+        got: dict[bytes, int] = {}
+        deadline = time.monotonic() + 60
+        while len(got) < 200 and time.monotonic() < deadline:
+            batch = client.receive("span", 50, wait_ms=500)
+            for m in batch:
+                assert m.body not in got, "delivered twice"
+                got[m.body] = m.partition
+            assert all(r.ok for r in client.ack("span", [m.receipt for m in batch]))
+        assert set(got) == {m.body for m in messages}
+        assert set(got.values()) == {0, 1, 2, 3}
+        sent_at = {m.body: r.partition for m, r in zip(messages, results, strict=True)}
+        assert got == sent_at  # each message came from the partition it was sent to
+        assert client.receive("span", 10) == []
+
+
+def test_the_spark_broker_reads_and_writes_a_spanning_queue_through_the_managed_client(
+    fleet: Fleet,
+) -> None:
+    """Not a Spark session: the data source's one door to the SDK
+    (spark/raftq/broker.py) driven with a ManagedClient instead of a Client."""
+    from spark.offsets import Range
+    from spark.raftq import broker
+
+    with fleet.managed() as client:
+        client.create_queue("spark-span", partitions=2, clusters=["c1", "c2"])
+        out = [OutgoingMessage(b"s%d" % i, dedup_id=f"d{i}", partition=i % 2) for i in range(10)]
+        assert broker.publish(client, "spark-span", out) == 0
+        assert broker.publish(client, "spark-span", out) == 10  # replayed: dedup hits
+        shape = broker.layout(client, ["spark-span"])
+        assert {p: (b.earliest, b.latest) for p, b in shape["spark-span"].items()} == {
+            0: (0, 5),
+            1: (0, 5),
+        }
+        assert broker.partition_count(client, "spark-span") == 2
+        assert broker.dedup_window_ms(client, "spark-span") > 0
+        got = [
+            m.body
+            for p in (0, 1)
+            for batch in broker.fetch(client, Range("spark-span", p, 0, 5), 3, True)
+            for m in batch
+        ]
+        assert sorted(got) == sorted(m.body for m in out)
+
+
+def test_a_stale_mapping_is_refetched_when_a_cluster_answers_not_found(fleet: Fleet) -> None:
+    with fleet.managed() as client, fleet.managers.admin() as admin:
+        client.create_queue("hop", 1, clusters=["c1"])
+        assert client.send("hop", b"on c1").partition == 0
+        cached = client.mapping_version
+        # Re-home the queue behind the client's back: forget, delete on c1, create on c2.
+        admin.forget_queue("hop")
+        with fleet.c1.client() as c1:
+            c1.delete_queue("hop")
+        admin.create_queue("hop", 1, clusters=["c2"])
+        client.send("hop", b"on c2")  # c1 says NOT_FOUND: the client refetches, sends to c2
+        assert client.mapping_version > cached
+        with fleet.c2.client() as c2:
+            assert c2.get_queue("hop").messages == 1
+        with pytest.raises(errors.NotFound):
+            client.send("never-created", b"x")
+
+
+def test_the_manager_leader_dies_and_the_mapping_survives(fleet: Fleet) -> None:
+    with fleet.managers.admin() as admin:
+        before = admin.get_mapping()
+        leader = admin.list_clusters().leader
+    victim = fleet.managers.addresses.index(leader)
+    fleet.managers.kill(victim)
+    try:
+        with fleet.managers.admin() as admin:
+            took = _wait("new manager leader", lambda: admin.list_clusters().leader not in
+                         ("", leader), 30)  # fmt: skip
+            print(f"new manager leader after {took:.1f} s")
+            after = admin.get_mapping()
+            assert after.version == before.version and list(after.queues) == list(before.queues)
+            admin.create_queue("after-failover", clusters=["c1"])
+    finally:
+        fleet.managers.start(victim)
+
+
+def test_a_restarted_manager_group_keeps_clusters_and_mapping(fleet: Fleet) -> None:
+    with fleet.managers.admin() as admin:
+        before = admin.get_mapping()
+    fleet.managers.stop()
+    fleet.managers.start()
+    fleet.managers.wait_ready(60)
+    with fleet.managers.admin() as admin:
+        after = admin.get_mapping()
+    assert after.version == before.version
+    assert list(after.queues) == list(before.queues)
+    assert [c.name for c in after.clusters] == ["c1", "c2"]
+
+
+def test_kill_every_node_of_one_cluster_it_is_marked_down_and_the_other_is_untouched(
+    fleet: Fleet,
+) -> None:
+    with fleet.managers.admin() as admin:
+        admin.create_queue("solo", partitions=2, clusters=["c1"])
+    _wait("both healthy", lambda: set(fleet.health().values()) == {"healthy"}, 30)
+    with fleet.managed() as client:
+        client.send_batch("solo", [b"before-%d" % i for i in range(20)])
+        fleet.c2.kill(2)  # one node of three: degraded, not down
+        took = _wait("c2 degraded", lambda: fleet.health()["c2"] == "degraded", 20)
+        print(f"c2 marked degraded {took:.1f} s after kill -9 of one node")
+        for i in range(2):
+            fleet.c2.kill(i)
+        killed = time.monotonic()
+        sent = 20
+        while fleet.health().get("c2") != "down":
+            # Meanwhile the queue wholly on c1 keeps taking sends.
+            client.send_batch("solo", [b"during-%d" % sent])
+            sent += 1
+            assert time.monotonic() - killed < 20, "c2 not marked down within 20 s"
+            time.sleep(0.1)
+        took = time.monotonic() - killed
+        print(
+            f"c2 marked down {took:.1f} s after kill -9 of its 3 nodes "
+            f"({sent - 20} sends meanwhile)"
+        )
+        assert fleet.health()["c1"] == "healthy"
+        received = 0
+        deadline = time.monotonic() + 60
+        while received < sent and time.monotonic() < deadline:
+            batch = client.receive("solo", 50, wait_ms=500)
+            received += len(batch)
+            assert all(r.ok for r in client.ack("solo", [m.receipt for m in batch]))
+        assert received == sent
+        with pytest.raises(errors.QueueError):
+            Client(fleet.c2.bootstrap, token=fleet.c2.token, timeout_s=2, retries=0).send(
+                "span", b"x"
+            )
