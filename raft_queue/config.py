@@ -209,6 +209,9 @@ class Limits:
     max_subscribe_credit: int = 10_000
     # Bytes of messages in one Receive / Read answer (partial batch beyond).
     max_receive_bytes: int = 16 * MIB
+    # Long polls (Receive with wait_ms) of one principal in progress on this
+    # node, over every queue and partition (server/dataplane/polls.py).
+    max_long_polls_per_principal: int = 1024
 
     def __post_init__(self) -> None:
         _check_int(ConfigError, "limits.max_message_bytes", self.max_message_bytes, 1,
@@ -231,6 +234,7 @@ _LIMIT_BOUNDS = (
     ("max_standing_polls_per_consumer", 10**6),
     ("max_subscribe_credit", 10**7),
     ("max_receive_bytes", 2**31 - 1),
+    ("max_long_polls_per_principal", 10**6),
 )
 
 

@@ -4,11 +4,11 @@
    ``--batch`` messages of ``--size`` bytes costs a partition leader, and
    what a lease or read of that batch costs), beside the cost of building
    the batch's blobs from the request (the send path's own work per batch).
-2. ``--rounds`` rounds of ``raftq bench --workloads W2,W3`` against ONE
-   fresh 3-node cluster, with ``--encryption`` and ``--no-encryption``
-   alternating (so both see the same machine load, as far as that goes on a
-   shared machine), printing each run's throughput and the nodes' CPU per
-   message, and the medians (docs/benchmarks.md "Cost of encryption at rest").
+2. ``--rounds`` pairs of ``raftq bench --workloads W2,W3`` runs, with
+   ``--encryption`` and ``--no-encryption`` interleaved, each on a fresh
+   3-node cluster, printing each run's throughput and the nodes' CPU per
+   message, the medians and the on/off ratios (docs/benchmarks.md "Cost of
+   encryption at rest").
 """
 
 from __future__ import annotations
@@ -19,21 +19,17 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from raft_queue._proto.raft_queue.v1 import queue_pb2
-from raft_queue.bench.measure import proc_cpu_s
 from raft_queue.config import QueueSpec
 from raft_queue.core.sealing import open_records, seal_blobs
 from raft_queue.core.segments import Segment, encode_body, segment_value
 from raft_queue.security.encryption import decrypt, encrypter
 from raft_queue.server.api.convert import record_blobs
-from raft_queue.testing.cluster import LocalCluster
 
 
 def micro(batch: int, size: int, repeat: int) -> dict[str, float]:
@@ -73,55 +69,50 @@ def micro(batch: int, size: int, repeat: int) -> dict[str, float]:
 
 
 def rounds(n: int, scale: float) -> list[dict[str, Any]]:
-    """Runs of W2 and W3, encryption on and off in turn, against one cluster;
-    each with the node processes' CPU seconds per message."""
+    """``n`` pairs of ``raftq bench --workloads W2,W3`` runs, encryption on and
+    off interleaved (on, off, on, off...: both see the same stretch of the
+    machine's load, as far as that goes on a shared machine), each on a FRESH
+    3-node cluster that ``raftq bench`` starts and stops (no run inherits
+    another's deleted queues, opened batches or garbage)."""
     results: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        cluster = LocalCluster(Path(tmp) / "cluster", nodes=3)
-        cluster.start()
-        try:
-            cluster.wait_ready(90)
-            pids = [cluster.pid(i) for i in range(cluster.nodes)]
-            for r in range(n):
-                for workload in ("W2", "W3"):
-                    # Each mode goes first in every other round: the first run of
-                    # a pair also pays for the previous run's queue clean-up.
-                    order = ("--encryption", "--no-encryption")
-                    for flag in order if r % 2 == 0 else order[::-1]:
-                        row = _one(cluster.bootstrap, pids, workload, flag, scale, r)
-                        if row is not None:
-                            results.append(row)
-                            print(json.dumps(row), flush=True)
-        finally:
-            cluster.stop()
+    for r in range(n):
+        for flag in ("--encryption", "--no-encryption"):
+            for row in _one(flag, scale, r):
+                results.append(row)
+                print(json.dumps(row), flush=True)
     return results
 
 
-def _one(
-    server: str, pids: list[int], workload: str, flag: str, scale: float, round_no: int
-) -> dict[str, Any] | None:
-    cmd = [sys.executable, "-m", "raft_queue.cli.main", "bench", "--workloads", workload,
-           "--runs", "1", "--server", server, "--quiet-wait", "0", "--scale", str(scale),
-           flag, "--json"]  # fmt: skip
-    cpu0 = sum(proc_cpu_s(p) for p in pids)
+def _one(flag: str, scale: float, round_no: int) -> list[dict[str, Any]]:
+    """One ``raftq bench`` run: a row per workload, with the node processes'
+    CPU per message (W2: over the measured sends; W3: over the drain)."""
+    cmd = [sys.executable, "-m", "raft_queue.cli.main", "bench", "--workloads", "W2,W3",
+           "--runs", "1", "--quiet-wait", "0", "--scale", str(scale), flag, "--json"]  # fmt: skip
+    load = os.getloadavg()[0]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    cpu_s = sum(proc_cpu_s(p) for p in pids) - cpu0
     if done.returncode != 0:
         print(done.stderr[-2000:], file=sys.stderr)
-        return None
-    run = json.loads(done.stdout)["runs"][0]
-    info = run["info"]
-    # W2: the messages sent while measured (the warm-up's are few); W3: each
-    # message is sent (prefill) and received + acked (drain), all of it counted.
-    msgs = info.get("msgs") if workload == "W2" else info.get("got")
-    return {
-        "round": round_no,
-        "workload": workload,
-        "encryption": flag == "--encryption",
-        "msgs_per_s": run["metrics"]["msgs_per_s"],
-        "node_cpu_s": round(cpu_s, 2),
-        "cpu_us_per_msg": cpu_s / msgs * 1e6 if msgs else None,
-    }
+        return []
+    rows = []
+    for run in json.loads(done.stdout)["runs"]:
+        rate = run["metrics"].get("msgs_per_s")
+        cpu = run["info"].get("cpu") or {}
+        if not rate:
+            continue  # a failed workload (its error is in the run's info)
+        server = cpu.get("server_pct")
+        row = {
+            "round": round_no,
+            "workload": run["workload"],
+            "encryption": flag == "--encryption",
+            "msgs_per_s": round(rate),
+            "node_cpu_us_per_msg": round(server / 100 / rate * 1e6, 2) if server else None,
+            "other_tenants_pct": cpu.get("other_pct"),
+            "load_before": load,
+        }
+        if "prefill_msgs_per_s" in run["metrics"]:
+            row["prefill_msgs_per_s"] = round(run["metrics"]["prefill_msgs_per_s"])
+        rows.append(row)
+    return rows
 
 
 def main() -> None:
@@ -132,24 +123,59 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--scale", type=float, default=0.5)
     ap.add_argument("--micro-only", action="store_true")
+    ap.add_argument("--no-micro", action="store_true", help="only the raftq bench pairs")
     args = ap.parse_args()
-    print(json.dumps({"micro": micro(args.batch, args.size, args.repeat)}), flush=True)
+    if not args.no_micro:
+        print(json.dumps({"micro": micro(args.batch, args.size, args.repeat)}), flush=True)
     if args.micro_only:
         return
     rows = rounds(args.rounds, args.scale)
-    summary = {}
+    print(json.dumps({"summary": summarize(rows)}, indent=1))
+
+
+def _median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 3) if values else None
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians per workload and mode, and the on/off ratios: of the medians,
+    and the median of each pair's ratio (a pair shares a stretch of load)."""
+    out: dict[str, Any] = {}
     for wl in ("W2", "W3"):
+        by_mode = {}
         for enc in (True, False):
             sel = [r for r in rows if r["workload"] == wl and r["encryption"] == enc]
-            cpu = [r["cpu_us_per_msg"] for r in sel if r["cpu_us_per_msg"]]
-            summary[f"{wl} {'on' if enc else 'off'}"] = {
+            by_mode[enc] = {r["round"]: r for r in sel}
+            out[f"{wl} {'on' if enc else 'off'}"] = {
                 "runs": len(sel),
-                "msgs_per_s_median": statistics.median(r["msgs_per_s"] for r in sel)
-                if sel
-                else None,
-                "cpu_us_per_msg_median": statistics.median(cpu) if cpu else None,
+                "msgs_per_s_median": _median([r["msgs_per_s"] for r in sel]),
+                "cpu_us_per_msg_median": _median(
+                    [r["node_cpu_us_per_msg"] for r in sel if r["node_cpu_us_per_msg"]]
+                ),
             }
-    print(json.dumps({"summary": summary}, indent=1))
+        on, off = out[f"{wl} on"], out[f"{wl} off"]
+        pairs = [
+            (by_mode[True][k], by_mode[False][k]) for k in by_mode[True] if k in by_mode[False]
+        ]
+        out[f"{wl} on/off"] = {
+            "msgs_per_s_of_medians": _ratio(on["msgs_per_s_median"], off["msgs_per_s_median"]),
+            "cpu_of_medians": _ratio(on["cpu_us_per_msg_median"], off["cpu_us_per_msg_median"]),
+            "msgs_per_s_paired_median": _median(
+                [a["msgs_per_s"] / b["msgs_per_s"] for a, b in pairs]
+            ),
+            "cpu_paired_median": _median(
+                [
+                    a["node_cpu_us_per_msg"] / b["node_cpu_us_per_msg"]
+                    for a, b in pairs
+                    if a["node_cpu_us_per_msg"] and b["node_cpu_us_per_msg"]
+                ]
+            ),
+        }
+    return out
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a and b else None
 
 
 if __name__ == "__main__":

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
+from operator import sub
 from typing import NamedTuple
 
 from raft_queue.core.records import BLOB_HEADER_SIZE, Headers
-from raft_queue.core.segments import HAS_DEDUP, HAS_HEADERS, SEALED, Segment, Summary
+from raft_queue.core.segments import HAS_DEDUP, HAS_HEADERS, HAS_KEY, SEALED, Segment, Summary
 from raft_queue.core.wire import Malformed, Reader
 
 ENVELOPE = struct.Struct(">BI12s16s")  # version, key id, nonce, tag
@@ -219,6 +220,8 @@ def open_records(seg: Segment, uid: int, partition: int, decrypt: Decrypt) -> li
     is opened even when one record is wanted (one tag covers it)."""
     if seg.flags & HAS_DEDUP:
         return _open_each(seg, uid, partition, decrypt)
+    if not seg.flags & HAS_KEY and not seg.max_delay_ms:
+        return _open_bare(seg, uid, partition, decrypt)
     batch = batch_of(seg, uid, partition)
     plain = decrypt(batch.key_id, batch.nonce, batch.sealed, batch.aad)
     out: list[OpenedRecord] = []
@@ -276,3 +279,56 @@ def _open_each(seg: Segment, uid: int, partition: int, decrypt: Decrypt) -> list
         )
         start = end
     return out
+
+
+_new_tuple = tuple.__new__
+
+
+def _open_bare(seg: Segment, uid: int, partition: int, decrypt: Decrypt) -> list[OpenedRecord]:
+    """``open_records`` of a segment whose records have no key, dedup id or
+    delay (the flags and ``max_delay_ms`` say so), the bulk of a drain: every
+    clear head is ``_BARE_HEAD``, so the pieces are cut from the end table
+    alone (no per-record unpack), and a record without headers is built
+    without parsing. The heads are not read but they are authenticated: the
+    associated data says every head is ``_BARE_HEAD``, so a segment whose
+    flags lie fails the tag."""
+    value, data, count = seg.value, seg._data, seg.count
+    ends = struct.unpack_from(f">{count}I", value, data - 4 * count)
+    first = data + BLOB_HEADER_SIZE
+    if data + ends[0] - first < ENVELOPE.size:
+        raise Malformed("sealed segment without its envelope")
+    version, key_id, nonce, tag = ENVELOPE.unpack_from(value, first)
+    if version != SEAL_VERSION:
+        raise Malformed(f"sealed segment of unknown version {version}")
+    starts = [first + ENVELOPE.size, *(data + e + BLOB_HEADER_SIZE for e in ends[:-1])]
+    stops = [data + e for e in ends]
+    view = memoryview(value)
+    sealed = b"".join([*map(view.__getitem__, map(slice, starts, stops)), tag])
+    lengths = list(map(sub, stops, starts))
+    plain = decrypt(key_id, nonce, sealed, associated_data_bare(uid, partition, key_id, lengths))
+    out: list[OpenedRecord] = []
+    add = out.append
+    pos = 0
+    ts = seg.timestamp_ms
+    offset = seg.base
+    for n in lengths:
+        if plain[pos] == 0 and plain[pos + 1] == 0:  # no headers
+            add(_new_tuple(OpenedRecord, (offset, plain[pos + 2 : pos + n], "", (), ts, "")))
+        else:
+            reader = Reader(plain, pos + _COUNT.size)
+            headers = tuple(
+                (reader.str_(), reader.bytes_()) for _ in range(_COUNT.unpack_from(plain, pos)[0])
+            )
+            add(OpenedRecord(offset, plain[reader.pos : pos + n], "", headers, ts, ""))
+        pos += n
+        offset += 1
+    return out
+
+
+def associated_data_bare(uid: int, partition: int, key_id: int, lengths: Sequence[int]) -> bytes:
+    """``associated_data`` of records whose heads are all ``_BARE_HEAD``."""
+    n = len(lengths)
+    return b"".join(
+        (_AAD_TAG, _AAD.pack(uid, partition, key_id, n), struct.pack(f">{n}I", *lengths),
+         _BARE_HEAD * n)
+    )  # fmt: skip

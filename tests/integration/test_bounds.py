@@ -47,7 +47,9 @@ def wide(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """One node, default bounds (room for 2,000 long polls on a partition)."""
     base: Path = tmp_path_factory.mktemp("bounds-wide")
     # Long waits: 2,000 polls take a loaded 2-core machine a while to open.
-    with LocalCluster(base / "c", nodes=1, limits={"max_wait_ms": 120_000}) as c:
+    # One principal (the admin token) holds them all: its per-principal cap too.
+    limits = {"max_wait_ms": 120_000, "max_long_polls_per_principal": POLLS + 100}
+    with LocalCluster(base / "c", nodes=1, limits=limits) as c:
         c.start()
         c.wait_ready(60)
         yield c

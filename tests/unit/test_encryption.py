@@ -214,3 +214,22 @@ def test_a_batch_with_dedup_ids_is_sealed_per_record_so_any_subset_opens() -> No
     ]
     with pytest.raises(InvalidTag):
         open_records(seg, 4, 1, _dec())
+
+
+def test_a_bulk_batch_with_headers_opens_on_the_bare_path_with_its_headers() -> None:
+    recs = [NewRecord(b"b%d" % i, "", (("h", b"%d" % i),) if i % 3 == 0 else ()) for i in range(9)]
+    blobs = tuple(to_blob(r) for r in recs)
+    sealed, sealed_summary = seal_blobs(blobs, summarize(blobs), 3, 1, 4, encrypter(KEY))
+    assert sealed_summary.flags == SEALED and not sealed_summary.max_delay_ms  # the bare open
+    records = open_records(_segment(sealed, sealed_summary), 3, 1, _dec())
+    assert [(r.offset, r.body, r.headers, r.key) for r in records] == [
+        (100 + i, b"b%d" % i, (("h", b"%d" % i),) if i % 3 == 0 else (), "") for i in range(9)
+    ]
+
+
+def test_a_segment_whose_flags_hide_its_keys_fails_the_tag_on_the_bare_path() -> None:
+    blobs = (plain_blob(b"one", "", ""), plain_blob(b"two", "key", ""))
+    sealed, sealed_summary = seal_blobs(blobs, summarize(blobs), 3, 1, 4, encrypter(KEY))
+    lying = sealed_summary._replace(flags=SEALED)  # no HAS_KEY: read as bare heads
+    with pytest.raises(InvalidTag):
+        open_records(_segment(sealed, lying), 3, 1, _dec())

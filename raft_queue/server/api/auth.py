@@ -51,6 +51,10 @@ _SEND = "/raft_queue.v1.QueueService/Send"
 CALLER_AUTHORIZATION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "raftq_caller_authorization", default=None
 )
+#: The current call's principal (its identity's name; "" outside an API call).
+CALLER_PRINCIPAL: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "raftq_caller_principal", default=""
+)
 
 
 def _authorization(context: grpc.aio.ServicerContext) -> str:
@@ -134,6 +138,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 self.meter.rejected_auth(identity.name, queue)
             await abort_with(context, _denied(identity, op, queue))
         CALLER_AUTHORIZATION.set(authorization)
+        CALLER_PRINCIPAL.set(identity.name)
         return identity
 
     # ---- wrapping --------------------------------------------------------------------

@@ -21,11 +21,13 @@ from raft_queue._proto.raft_queue.v1 import queue_pb2, queue_pb2_grpc
 from raft_queue.core import commands as cmd
 from raft_queue.observability import metrics
 from raft_queue.server.api import convert, receipt_results
+from raft_queue.server.api.auth import CALLER_PRINCIPAL
 from raft_queue.server.api.status import abort_with
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.control.queues import Queues
 from raft_queue.server.dataplane import bounds, sending
 from raft_queue.server.dataplane.autocreate import AutoCreate
+from raft_queue.server.dataplane.polls import PrincipalPolls
 from raft_queue.server.dataplane.reading import Reader
 from raft_queue.server.dataplane.receiving import Receiver
 from raft_queue.server.dataplane.sending import Sender
@@ -58,6 +60,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
         self.receiver = Receiver(cluster)
         self.reader = Reader(cluster)
         self.subscriber = Subscriber(cluster, self.receiver)
+        self.polls = PrincipalPolls(self.node.config.limits.max_long_polls_per_principal)
 
     # ---- queues (metadata) -------------------------------------------------------------
     @handled
@@ -106,7 +109,11 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
     @handled
     async def Receive(self, request: Any, context: Any) -> Any:  # noqa: N802
         forwarded = is_forwarded(context)
-        messages = await self.receiver.receive(request, forwarded)
+        if request.wait_ms and not forwarded:  # a client's long poll: its principal's cap
+            with self.polls.hold(CALLER_PRINCIPAL.get()):
+                messages = await self.receiver.receive(request, forwarded)
+        else:
+            messages = await self.receiver.receive(request, forwarded)
         if not forwarded:  # counted once, by the node that answers the client
             metrics.count_received(request.queue, messages)
         return queue_pb2.ReceiveResponse(messages=messages)
