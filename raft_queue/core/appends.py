@@ -23,13 +23,15 @@ from raft_queue.core.segments import (
 )
 from raft_queue.core.state import RECORDS, View, u64
 from raft_queue.core.wire import Malformed
-from raft_queue.errors import InvalidArgument
+from raft_queue.errors import InvalidArgument, PartitionSealed
 
 
 def append(view: View, data: bytes) -> AppendResult:
     """Apply the encoded Append ``data``. Dense offsets; ``timestamp_ms`` is
     ``now_ms``, raised if needed to the previous Append's so timestamps never
     decrease (retention, delay and dedup walk the log in time order)."""
+    if view.cfg.sealed:
+        raise PartitionSealed("this partition was split (sealed); refresh the partition map")
     parts = split_append(data)
     c = view.c
     ts = c.last_ts = max(parts.now_ms, c.last_ts)

@@ -7,7 +7,10 @@ durability reporting.
 Placement of an entry: its explicit ``partition``, else the hash of its
 ``key``, else the hash of its ``dedup_id`` (so a repeated send of the same
 dedup id lands on the partition that remembers it, and the duplicate is
-found), else round robin.
+found), else round robin. The key rule is core/placement_keys.py's, over
+the queue's layout once it was split: a key goes to the open partition whose
+range holds its hash, and an explicit partition that is sealed is refused
+(PartitionSealed: the sender's partition map is stale).
 
 A request id (``SendRequest.request_id``, the SDK's idempotency key of one
 Send RPC) goes into every partition's Append, and with the entries when
@@ -25,8 +28,8 @@ from typing import Any
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
-from raft_queue.client.partitioner import partition_for_key
 from raft_queue.core import commands as cmd
+from raft_queue.core.placement_keys import Layout, partition_for_key
 from raft_queue.core.segments import Summary
 from raft_queue.observability import metrics
 from raft_queue.server.api import convert
@@ -42,8 +45,11 @@ class Sender:
         self.c = cluster
         self.limits = cluster.node.config.limits
 
-    def place(self, i: int, entry: Any, partitions: int) -> int:
-        """The partition of ``entries[i]`` (see the module doc)."""
+    def place(self, i: int, entry: Any, partitions: int | Layout) -> int:
+        """The partition of ``entries[i]`` (see the module doc): ``partitions``
+        is the count of a queue never split, else its layout."""
+        if isinstance(partitions, Layout):
+            return self._place_split(i, entry, partitions)
         if entry.HasField("partition"):
             return convert.check_range(
                 entry.partition, 0, partitions - 1, f"entries[{i}].partition"
@@ -53,6 +59,22 @@ class Sender:
         if entry.dedup_id:
             return partition_for_key(entry.dedup_id, partitions)
         return self.c.partition_of(i, entry, partitions)
+
+    def _place_split(self, i: int, entry: Any, layout: Layout) -> int:
+        if entry.HasField("partition"):
+            part = convert.check_range(
+                entry.partition, 0, layout.version - 1, f"entries[{i}].partition"
+            )
+            if not layout.is_open(part):
+                raise errors.PartitionSealed(
+                    f"entries[{i}].partition: {part} was split (sealed); refresh the "
+                    f"partition map (layout version {layout.version})"
+                )
+            return part
+        if entry.key or entry.dedup_id:
+            return partition_for_key(entry.key or entry.dedup_id, layout)
+        writable = layout.writable()
+        return writable[self.c.partition_of(i, entry, len(writable))]
 
     async def send(
         self, q: Any, entries: Sequence[Any], forwarded: bool, request_id: bytes = b""
@@ -70,7 +92,7 @@ class Sender:
             raise errors.InvalidArgument(
                 "entries", f"{len(entries)} messages; at most {self.limits.max_batch_messages}"
             )
-        by_part = self._place_all(entries, q.spec.partitions)
+        by_part = self._place_all(entries, q.layout if q.ranges else q.spec.partitions)
         try:
             blobs = {
                 p: convert.record_blobs(entries, idx, q.spec, self.limits)
@@ -91,7 +113,7 @@ class Sender:
         )
         return results
 
-    def _place_all(self, entries: Sequence[Any], partitions: int) -> dict[int, list[int]]:
+    def _place_all(self, entries: Sequence[Any], partitions: int | Layout) -> dict[int, list[int]]:
         """Entry indexes by partition, in index order within each."""
         if partitions == 1:  # the common case: only an explicit bad partition can fail
             for i, entry in enumerate(entries):
