@@ -66,9 +66,10 @@ class UpdateQueue:
 
 @dataclass(frozen=True, slots=True)
 class SplitPartitions:
-    """Grow a queue: each of ``parents`` (in order) is sealed and split in two
-    (core/placement_keys.py); ``assignments`` place the children, numbered
-    from the queue's partition count on. ``uid`` fences a re-created queue."""
+    """Grow a queue: each of ``parents`` (in order) is split in two and is
+    ``splitting`` until sealed (core/placement_keys.py); ``assignments``
+    place the children, numbered from the queue's partition count on.
+    ``uid`` fences a re-created queue."""
 
     name: str
     uid: int
@@ -78,8 +79,9 @@ class SplitPartitions:
 
 @dataclass(frozen=True, slots=True)
 class SetPartitionState:
-    """A split partition's life: ``drained`` once it is sealed and holds no
-    message left to deliver (its children stop being gated)."""
+    """A split partition's life: ``sealed`` once its children have leaders
+    (sends go to them from then on), ``drained`` once it holds no message
+    left to deliver (its children stop being gated)."""
 
     name: str
     uid: int

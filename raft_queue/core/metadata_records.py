@@ -80,7 +80,7 @@ class QueueRecord:
     def sealed(self, partition: int) -> bool:
         """True if ``partition`` was split (no Layout built: the hot path asks)."""
         ranges = self.ranges
-        return 0 <= partition < len(ranges) and ranges[partition].state != "open"
+        return 0 <= partition < len(ranges) and ranges[partition].state in ("sealed", "drained")
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,17 +41,15 @@ def split(
 
 
 def set_state(record: QueueRecord, cmd: SetPartitionState) -> QueueRecord:
-    """Only sealed -> drained (again: no change)."""
+    """splitting -> sealed -> drained (the same state again: no change)."""
     _check_uid(record, cmd.uid)
-    ranges = record.layout.ranges
-    if not 0 <= cmd.partition < len(ranges):
+    layout = record.layout
+    if not 0 <= cmd.partition < layout.version:
         raise errors.InvalidArgument("partition", f"{cmd.partition} out of range")
-    old = ranges[cmd.partition].state
-    if cmd.state != "drained" or old not in ("sealed", "drained"):
-        raise errors.FailedPrecondition(
-            f"partition {cmd.partition} is {old}; only a sealed one becomes drained"
-        )
-    return replace(record, ranges=record.layout.with_state(cmd.partition, cmd.state).ranges)
+    try:
+        return replace(record, ranges=layout.with_state(cmd.partition, cmd.state).ranges)
+    except ValueError as exc:
+        raise errors.FailedPrecondition(str(exc)) from exc
 
 
 def same_definition(existing: QueueRecord, config: Any) -> bool:

@@ -21,10 +21,12 @@ rule is a modulus, and no existing queue may be re-placed.)
 
 **Numbers and states.** Children get the next partition numbers (a queue of
 T partitions splitting p adds T and T+1). A partition is ``open`` (takes
-sends), ``sealed`` (split: no more sends; its messages are still received,
-acked and read) or ``drained`` (sealed, and none of its messages is left to
-deliver: no visible, delayed or in-flight one). Partitions are never removed
-or merged (merging may come later).
+sends), ``splitting`` (its children exist and are electing their leaders; it
+still takes the sends of its whole range, so no send waits on an election),
+``sealed`` (split: no more sends; its messages are still received, acked and
+read) or ``drained`` (sealed, and none of its messages is left to deliver:
+no visible, delayed or in-flight one). Partitions are never removed or
+merged (merging may come later).
 
 **Gating (FIFO queues).** A child is *gated* while any ancestor is not
 drained: no message of a gated partition is leased, so a key's messages in
@@ -46,7 +48,9 @@ _SEED = 0x9747B28C
 _M = 0x5BD1E995
 _R = 24
 
-STATES = ("open", "sealed", "drained")
+STATES = ("open", "splitting", "sealed", "drained")
+SENDABLE = ("open", "splitting")  # states that take sends
+_NEXT = {"splitting": "sealed", "sealed": "drained"}  # the only moves after a split
 
 
 def murmur2(data: bytes) -> int:
@@ -141,17 +145,18 @@ class Layout:
         return self._roots != len(self.ranges)
 
     def writable(self) -> tuple[int, ...]:
-        """The open partitions (what sends go to), in number order."""
-        return tuple(r.partition for r in self.ranges if r.state == "open")
+        """The partitions sends go to (open or splitting), in number order."""
+        return tuple(r.partition for r in self.ranges if r.state in SENDABLE)
 
     def is_open(self, partition: int) -> bool:
-        return 0 <= partition < len(self.ranges) and self.ranges[partition].state == "open"
+        """True if ``partition`` takes sends (open, or splitting)."""
+        return 0 <= partition < len(self.ranges) and self.ranges[partition].state in SENDABLE
 
     def partition_for_hash(self, h: int) -> int:
-        """The open partition owning ``h``: the root ``h % roots``, then down
-        the children whose class holds ``h``."""
+        """The partition taking sends for ``h``: the root ``h % roots``, then
+        down the children whose class holds ``h``."""
         part = h % self._roots
-        while self.ranges[part].state != "open":
+        while self.ranges[part].state not in SENDABLE:
             kids = self._children.get(part)
             if not kids:  # sealed with no children: a malformed layout
                 raise ValueError(f"partition {part} is sealed and has no children")
@@ -175,7 +180,7 @@ class Layout:
         return tuple(self._children.get(partition, ()))
 
     def with_split(self, parent: int) -> Layout:
-        """``parent`` sealed, and its two children appended (numbers T, T+1)."""
+        """``parent`` splitting, and its two children appended (numbers T, T+1)."""
         old = self.ranges[parent]
         if old.state != "open":
             raise ValueError(f"partition {parent} is {old.state}; only an open one splits")
@@ -185,12 +190,15 @@ class Layout:
         low = KeyRange(n, 2 * m, old.residue, parent)
         high = KeyRange(n + 1, 2 * m, old.residue + m, parent)
         ranges = list(self.ranges)
-        ranges[parent] = replace(old, state="sealed")
+        ranges[parent] = replace(old, state="splitting")
         return Layout([*ranges, low, high])
 
     def with_state(self, partition: int, state: str) -> Layout:
-        if state not in STATES:
-            raise ValueError(f"state {state!r} not one of {STATES}")
+        """``partition`` moved on: splitting -> sealed -> drained (the same
+        state again: no change). ValueError for any other move."""
+        old = self.ranges[partition].state
+        if state != old and _NEXT.get(old) != state:
+            raise ValueError(f"partition {partition} is {old}; it cannot become {state}")
         ranges = list(self.ranges)
         ranges[partition] = replace(ranges[partition], state=state)
         return Layout(ranges)
@@ -212,7 +220,7 @@ def plan_splits(layout: Layout, splits: int) -> list[int]:
     number), children included, so a queue grows as evenly as it can."""
     parents = []
     for _ in range(splits):
-        candidates = [layout.ranges[p] for p in layout.writable()]
+        candidates = [r for r in layout.ranges if r.state == "open"]
         parent = min(candidates, key=lambda r: (r.modulus, r.partition)).partition
         parents.append(parent)
         layout = layout.with_split(parent)

@@ -49,8 +49,10 @@ def test_a_split_seals_the_parent_and_adds_two_children() -> None:
     record = m.apply(split_cmd(m, "q", (1,)))
     assert m.version == version + 1
     assert record.spec.partitions == 4
-    assert [r.state for r in record.ranges] == ["open", "sealed", "open", "open"]
+    assert [r.state for r in record.ranges] == ["open", "splitting", "open", "open"]
     assert [a.partition for a in m.assignments("q")] == [0, 1, 2, 3]
+    assert record.layout.writable() == (0, 1, 2, 3) and not record.sealed(1)
+    record = m.apply(meta.SetPartitionState("q", record.uid, 1, "sealed"))
     assert record.layout.writable() == (0, 2, 3)
     assert record.sealed(1) and not record.sealed(0)
     assert record.layout.gated() == {2, 3}
@@ -67,7 +69,7 @@ def test_a_bad_split_changes_nothing() -> None:
         m.apply(meta.SplitPartitions("q", good.uid + 7, (0,), good.assignments))
     assert m.to_bytes() == before
     m.apply(good)
-    with pytest.raises(errors.InvalidArgument, match="sealed"):  # a parent splits once
+    with pytest.raises(errors.InvalidArgument, match="splitting"):  # a parent splits once
         m.apply(split_cmd(m, "q", (0,)))
 
 
@@ -78,6 +80,9 @@ def test_drained_is_recorded_once_and_only_for_a_sealed_partition() -> None:
     uid = m.queue("q").uid  # type: ignore[union-attr]
     with pytest.raises(errors.FailedPrecondition):
         m.apply(meta.SetPartitionState("q", uid, 1, "drained"))  # a child, open
+    with pytest.raises(errors.FailedPrecondition):
+        m.apply(meta.SetPartitionState("q", uid, 0, "drained"))  # not sealed yet
+    m.apply(meta.SetPartitionState("q", uid, 0, "sealed"))
     record = m.apply(meta.SetPartitionState("q", uid, 0, "drained"))
     assert record.layout.gated() == set()
     version = m.version

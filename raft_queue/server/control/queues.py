@@ -25,7 +25,7 @@ from raft_queue.core import metadata as meta
 from raft_queue.core.placement import place_partitions
 from raft_queue.server.api import convert
 from raft_queue.server.cluster import Cluster
-from raft_queue.server.control.splits import grow, split_count
+from raft_queue.server.control.splits import SplitWatch, grow, split_count
 from raft_queue.server.dataplane import bounds
 from raft_queue.server.dataplane.sending import now_ms
 
@@ -38,6 +38,7 @@ class Queues:
     def __init__(self, cluster: Cluster) -> None:
         self.c = cluster
         self.node = cluster.node
+        self.watch = SplitWatch(cluster)
 
     # ---- describe ----------------------------------------------------------------------
     async def info(self, name: str, depth: bool = True) -> Any:
@@ -135,14 +136,19 @@ class Queues:
         if splits:
             await grow(self.node, self._all_assignments(), name, old, splits)
             await self._wait_for_leaders(name)
+            await self.watch.step()  # seals the parents whose children lead
+            await self._wait_for(lambda: not self._splitting(name))
         if spec != old.spec:
             spec = replace(spec, partitions=self.node.queue_spec(name).spec.partitions)
             await self.node.submit_metadata(meta.UpdateQueue(name=name, config=spec))
         return await self.info(name, depth=False)
 
+    def _splitting(self, name: str) -> bool:
+        return any(r.state == "splitting" for r in self.node.queue_spec(name).ranges)
+
     def _updated(self, name: str, spec: QueueSpec, total: int) -> bool:
         current: QueueSpec = self.node.queue_spec(name).spec
-        return current == replace(spec, partitions=total)
+        return current == replace(spec, partitions=total) and not self._splitting(name)
 
     async def delete(self, name: str, forwarded: bool) -> None:
         self.node.queue_spec(name)

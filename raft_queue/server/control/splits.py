@@ -4,19 +4,25 @@
 ``partitions``) comes here on the metadata leader: the parents are chosen
 (``plan_splits``: largest key range first), the children's replicas placed
 like a new queue's (core/placement.py, counting every existing replica),
-and one ``SplitPartitions`` command records it all. From that entry on:
+and one ``SplitPartitions`` command records it all. The parents are then
+``splitting``: they still take their ranges' sends while the children's
+Raft groups start (through the reconciler, as a new queue's) and elect.
+Once both children of a parent have a leader, it is sealed
+(``SetPartitionState``); from that entry on:
 
 - sends place keys by the new ranges (server/dataplane/sending.py; the SDK
   learns the ranges with GetPartitions); a send to a sealed parent is
-  refused (PartitionSealed);
+  refused (PartitionSealed) and the SDK places it again;
 - each parent's leader applies a Configure with ``sealed`` (Node._configure):
   from that Raft entry on the parent refuses every Append, whatever a stale
-  node believed, so its set of messages only shrinks;
-- the children's Raft groups start through the reconciler, as a new queue's.
+  node believed, so its set of messages only shrinks.
 
-``SplitWatch`` (every node runs it; only the metadata leader acts) then
-marks a parent ``drained`` once a replica of it reports the seal applied
-and no message left (no visible, delayed or in-flight one). Any replica is
+UpdateQueue returns once the parents are sealed (or after CREATE_WAIT_S:
+the watch below finishes the job). ``SplitWatch`` (every node runs it; only
+the metadata leader acts) seals parents whose children lead (after a
+metadata leader change, say), and marks a parent ``drained`` once a replica
+of it reports the seal applied and no message left (no visible, delayed or
+in-flight one). Any replica is
 a safe witness: with the seal applied every Append it will ever hold is
 applied, and a replica behind the leader has applied fewer acks, never
 more. A FIFO queue's children are gated until every ancestor is drained
@@ -73,7 +79,7 @@ async def grow(
 
 
 class SplitWatch:
-    """Marks sealed parents drained (see the module doc); metadata leader only."""
+    """Moves split parents on (see the module doc); metadata leader only."""
 
     def __init__(self, cluster: Any) -> None:
         self.c = cluster
@@ -87,32 +93,38 @@ class SplitWatch:
                 log.warning("split watch round failed: %r", exc)
             await asyncio.sleep(WATCH_S)
 
-    def sealed(self) -> list[tuple[Any, int]]:
-        """(queue record, partition) of every sealed, not yet drained partition."""
+    def waiting(self) -> list[tuple[Any, Any]]:
+        """(queue record, key range) of every splitting or sealed partition."""
         return [
-            (q, r.partition)
-            for q in self.node.view.queues()
-            for r in q.ranges
-            if r.state == "sealed"
-        ]
+            (q, r) for q in self.node.view.queues() for r in q.ranges
+            if r.state in ("splitting", "sealed")
+        ]  # fmt: skip
 
     async def step(self) -> None:
+        """Seal each splitting parent whose children both have a leader (its
+        range's sends can go to them at once); mark drained each sealed one a
+        replica reports sealed and empty."""
         md = self.node.metadata
         if md is None or not md.is_leader():
             return
-        waiting = self.sealed()
+        waiting = self.waiting()
         if not waiting:
             return
         replicas, _ = await self.c.all_status()
+        led = {(r.queue, r.partition) for r in replicas if r.role == "leader"}
         empty = {
             (r.queue, r.partition)
             for r in replicas
             if r.sealed and r.messages == 0 and r.role in ("leader", "follower")
         }
-        for q, partition in waiting:
-            if (q.name, partition) in empty:
-                log.info("queue %s: partition %d drained; its children are released",
-                         q.name, partition)  # fmt: skip
-                await self.node.submit_metadata(
-                    meta.SetPartitionState(q.name, q.uid, partition, "drained")
-                )
+        for q, r in waiting:
+            if r.state == "splitting":
+                kids = q.layout.children(r.partition)
+                if all((q.name, k) in led for k in kids):
+                    await self._set(q, r.partition, "sealed")
+            elif (q.name, r.partition) in empty:
+                await self._set(q, r.partition, "drained")
+
+    async def _set(self, q: Any, partition: int, state: str) -> None:
+        log.info("queue %s: partition %d %s", q.name, partition, state)
+        await self.node.submit_metadata(meta.SetPartitionState(q.name, q.uid, partition, state))
