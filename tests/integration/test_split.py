@@ -23,6 +23,7 @@ from click.testing import CliRunner
 
 from chaos.checker import check
 from chaos.history import History
+from raft_queue import errors
 from raft_queue.cli.main import main as raftq
 from raft_queue.testing.cluster import LocalCluster
 
@@ -241,3 +242,55 @@ def test_a_fifo_queue_split_under_load_keeps_per_key_order_and_loses_nothing(
             if payload in sent:  # a send whose outcome was unknown may be stored too
                 replayed[key].append(payload)
     assert replayed == sent_order
+
+
+def test_stale_clients_bad_growth_unordered_queues_and_offsets_across_a_split(
+    three: LocalCluster,
+) -> None:
+    admin = three.client(timeout_s=20)
+    admin.create_queue("plain", partitions=1, replication_factor=3)  # ordering none
+    stale = three.client(timeout_s=20)
+    backlog = [stale.send("plain", f"old-{i}", key=f"k{i}") for i in range(20)]
+    assert {r.partition for r in backlog} == {0}
+    # Growth is by splits: +2 each, never fewer; bad input changes nothing.
+    for wanted in ("2", "0"):
+        bad = cli(three, "queue", "update", "plain", "--partitions", wanted)
+        assert bad.exit_code != 0
+    assert "grows to 3, 5" in cli(three, "queue", "update", "plain", "--partitions", "2").output
+    info = admin.update_queue("plain", partitions=3)
+    assert (info.partitions, info.writable_partitions) == (3, 2)
+    infos = admin.partitions("plain")
+    assert [(p.state, p.parent, p.hash_modulus, p.hash_residue) for p in infos] == [
+        ("sealed", -1, 1, 0),
+        ("open", 0, 2, 0),
+        ("open", 0, 2, 1),
+    ]
+    assert not any(p.gated for p in infos)  # no order promised: children serve at once
+    # The stale client's map says one partition: its sends are refused by the
+    # sealed parent, it fetches the map again and places them by the new ranges.
+    fresh = [stale.send("plain", f"new-{i}", key=f"k{i}") for i in range(20)]
+    assert {r.partition for r in fresh} == {1, 2}
+    assert [r.partition for r in fresh] == [partition_of(f"k{i}", infos) for i in range(20)]
+    with pytest.raises(errors.PartitionSealed):
+        stale.send("plain", "explicit", partition=0)
+    # An unordered queue's children are received while the parent still holds
+    # its backlog.
+    got = admin.receive("plain", max_messages=100, wait_ms=1000)
+    assert {m.partition for m in got} >= {0}
+    seen = {m.partition for m in got}
+    deadline = time.monotonic() + 10
+    while not seen >= {1, 2} and time.monotonic() < deadline:
+        seen |= {m.partition for m in admin.receive("plain", max_messages=100, wait_ms=500)}
+    assert seen >= {1, 2}
+    # Consumer-group offsets: per partition, children included.
+    stored = admin.commit_offsets("plain", "g", {0: 20, 1: 3, 2: 4})
+    assert stored == {0: 20, 1: 3, 2: 4}
+    assert admin.get_offsets("plain", "g") == {0: 20, 1: 3, 2: 4}
+
+
+def partition_of(key: str, infos: list[Any]) -> int:
+    """1 if ``key`` belongs to the first child's range, else 2 (the rule, by hand)."""
+    from raft_queue.core.placement_keys import key_hash
+
+    child = infos[1]
+    return 1 if key_hash(key) % child.hash_modulus == child.hash_residue else 2
