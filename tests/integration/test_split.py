@@ -286,6 +286,21 @@ def test_stale_clients_bad_growth_unordered_queues_and_offsets_across_a_split(
     stored = admin.commit_offsets("plain", "g", {0: 20, 1: 3, 2: 4})
     assert stored == {0: 20, 1: 3, 2: 4}
     assert admin.get_offsets("plain", "g") == {0: 20, 1: 3, 2: 4}
+    shown = cli(three, "partitions", "describe", "plain")
+    assert shown.exit_code == 0 and "sealed" in shown.output and "h%2=1" in shown.output
+    # Every node restarts: the ranges (metadata log) and the seal (the parent's
+    # own log and store) are still there.
+    three.stop()
+    three.start()
+    three.wait_ready(60)
+    after = three.client(timeout_s=20)
+    deadline = time.monotonic() + 30
+    while not all(p.leader for p in after.partitions("plain")) and time.monotonic() < deadline:
+        time.sleep(0.2)  # every group elects again after the restart
+    assert [p.state for p in after.partitions("plain")] == ["sealed", "open", "open"]
+    with pytest.raises(errors.PartitionSealed):
+        after.send("plain", "explicit", partition=0)
+    assert after.send("plain", "late", key="k1").partition == partition_of("k1", infos)
 
 
 def partition_of(key: str, infos: list[Any]) -> int:
