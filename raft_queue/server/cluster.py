@@ -95,9 +95,14 @@ class Cluster:
     def split_receivable(self, q: Any) -> tuple[list[tuple[int, PartitionReplica]], list[str]]:
         """``split_partitions`` over the partitions Receive may lease from: a
         FIFO queue's split children wait for their parents to drain
-        (core/placement_keys.py, "Gating")."""
+        (core/placement_keys.py, "Gating"). The gate is read from the current
+        view, not ``q``: a long poll that began before a parent drained sees
+        its plan change and plans again."""
         if not q.ranges or q.spec.ordering != "fifo":
             return self.split_partitions(q.name, q.spec.partitions)
+        now = self.node.view.queue(q.name)
+        if now is not None and now.uid == q.uid:
+            q = now
         return self.split_partitions(q.name, q.spec.partitions, q.layout.gated())
 
     def split_partitions(
