@@ -309,3 +309,76 @@ def partition_of(key: str, infos: list[Any]) -> int:
 
     child = infos[1]
     return 1 if key_hash(key) % child.hash_modulus == child.hash_residue else 2
+
+
+def test_a_split_finishes_when_the_metadata_leader_is_killed_during_it(
+    three: LocalCluster,
+) -> None:
+    """kill -9 of the metadata leader while the parents are splitting: a new
+    leader's SplitWatch seals them and marks them drained; order holds."""
+    admin = three.client(timeout_s=30)
+    admin.create_queue(QUEUE, partitions=2, replication_factor=3, ordering="fifo",
+                       retention_ms=3_600_000)  # fmt: skip
+    history = History()
+    stop_sends, stop_receives = threading.Event(), threading.Event()
+    threads = [
+        threading.Thread(target=produce, args=(history, three.client(timeout_s=30), KEYS[i::2],
+                                               stop_sends), daemon=True)
+        for i in range(2)
+    ] + [
+        threading.Thread(target=consume, args=(history, three.client(timeout_s=30), stop_receives),
+                         daemon=True)
+        for _ in range(2)
+    ]  # fmt: skip
+    for t in threads:
+        t.start()
+    time.sleep(2)
+    leader = admin.cluster_status().metadata_leader
+    victim = int(leader.removeprefix("n")) - 1
+    grow = threading.Thread(
+        target=lambda: cli(three, "queue", "update", QUEUE, "--partitions", "6")
+    )
+    grow.start()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if any(p.state != "open" for p in admin.partitions(QUEUE)):
+            break
+        time.sleep(0.02)
+    states_at_kill = [p.state for p in admin.partitions(QUEUE)]
+    three.kill(victim)
+    time.sleep(2)
+    three.start(victim)
+    grow.join(60)
+
+    def final() -> bool:
+        try:
+            return [p.state for p in admin.partitions(QUEUE)][:2] == ["drained", "drained"]
+        except Exception:
+            return False
+
+    deadline = time.monotonic() + 60
+    while not final() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    stop_sends.set()
+    time.sleep(3)  # the consumers catch up with the last sends
+    stop_receives.set()
+    for t in threads:
+        t.join(60)
+    drain = history.invoke(history.new_process_id(), "drain", queue=QUEUE)
+    left = admin.receive(QUEUE, max_messages=100, wait_ms=1000)
+    while left:
+        history.complete(drain, "ok", [
+            {"partition": m.partition, "offset": m.offset, "payload": m.body.decode(),
+             "key": m.key} for m in left
+        ])  # fmt: skip
+        admin.ack(QUEUE, left)
+        drain = history.invoke(history.new_process_id(), "drain", queue=QUEUE)
+        left = admin.receive(QUEUE, max_messages=100, wait_ms=1000)
+    history.complete(drain, "ok", [])
+    depth, infos = ranks(admin)
+    read_everything(history, admin, sorted(infos))
+    report = check(history.ops, fifo_keys=True, dedup=False, partition_rank=depth)
+    print(f"metadata leader n{victim + 1} killed with the parents {states_at_kill[:2]}")
+    print(report.render())
+    assert [infos[p].state for p in range(6)] == ["drained"] * 2 + ["open"] * 4
+    assert report.ok, report.to_json()
