@@ -24,6 +24,7 @@ from click.testing import CliRunner
 from chaos.checker import check
 from chaos.history import History
 from raft_queue import errors
+from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.cli.main import main as raftq
 from raft_queue.testing.cluster import LocalCluster
 
@@ -252,6 +253,10 @@ def test_stale_clients_bad_growth_unordered_queues_and_offsets_across_a_split(
     stale = three.client(timeout_s=20)
     backlog = [stale.send("plain", f"old-{i}", key=f"k{i}") for i in range(20)]
     assert {r.partition for r in backlog} == {0}
+    # One Send RPC whose answer is "lost": its retry comes after the seal.
+    lost = queue_pb2.SendRequest(queue="plain", request_id=b"lost-answer-0001")
+    lost.entries.add(body=b"once", key="k0", partition=0)
+    first = raw_send(admin, lost)
     # Growth is by splits: +2 each, never fewer; bad input changes nothing.
     for wanted in ("2", "0"):
         bad = cli(three, "queue", "update", "plain", "--partitions", wanted)
@@ -273,6 +278,12 @@ def test_stale_clients_bad_growth_unordered_queues_and_offsets_across_a_split(
     assert [r.partition for r in fresh] == [partition_of(f"k{i}", infos) for i in range(20)]
     with pytest.raises(errors.PartitionSealed):
         stale.send("plain", "explicit", partition=0)
+    # The retry of the lost Send gets its first answer, stored nothing again.
+    retry = raw_send(admin, lost)
+    assert [(r.partition, r.offset, r.duplicate) for r in retry.results] == [
+        (r.partition, r.offset, True) for r in first.results
+    ]
+    assert sum(m.body == b"once" for m in read_all(admin, "plain")) == 1
     # An unordered queue's children are received while the parent still holds
     # its backlog.
     got = admin.receive("plain", max_messages=100, wait_ms=1000)
@@ -301,6 +312,25 @@ def test_stale_clients_bad_growth_unordered_queues_and_offsets_across_a_split(
     with pytest.raises(errors.PartitionSealed):
         after.send("plain", "explicit", partition=0)
     assert after.send("plain", "late", key="k1").partition == partition_of("k1", infos)
+
+
+def raw_send(client: Any, request: Any) -> Any:
+    """One Send RPC as sent, no SDK placement or retries (its request id kept)."""
+    router = client._router
+    return router.queue_stub(router.any_address()).Send(
+        request, timeout=20, metadata=router.metadata
+    )
+
+
+def read_all(client: Any, queue: str) -> list[Any]:
+    out = []
+    for p in client.partitions(queue):
+        offset = p.earliest_offset
+        while offset < p.latest_offset:
+            res = client.read(queue, p.partition, offset, max_messages=1000)
+            out.extend(res.messages)
+            offset = res.next_offset
+    return out
 
 
 def partition_of(key: str, infos: list[Any]) -> int:

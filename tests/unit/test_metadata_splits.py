@@ -156,3 +156,18 @@ def test_a_sealed_partition_refuses_appends_but_acks_still_apply() -> None:
     with store.begin() as txn:
         stats = machine.stats(txn, 5)
     assert stats.sealed and stats.messages == 0 and stats.latest_offset == 2
+
+
+def test_a_sealed_partition_answers_the_retry_of_an_append_it_stored_before_the_seal() -> None:
+    machine, store = PartitionMachine(), MemoryStore(PartitionMachine.TABLES)
+    _apply(machine, store, Configure(PartitionConfig(ordering="fifo")))
+    first = Append((NewRecord(b"a", key="k"), NewRecord(b"b", key="k")), 1, request_id=b"r1")
+    stored = _apply(machine, store, first)
+    _apply(machine, store, Configure(PartitionConfig(ordering="fifo", sealed=True)))
+    again = _apply(machine, store, Append(first.records, 9, request_id=b"r1"))
+    assert [(i.offset, i.duplicate) for i in again.items] == [  # type: ignore[attr-defined]
+        (i.offset, True)
+        for i in stored.items  # type: ignore[attr-defined]
+    ]
+    with pytest.raises(errors.PartitionSealed):
+        _apply(machine, store, Append(first.records, 9, request_id=b"r2"))

@@ -10,7 +10,10 @@ dedup id lands on the partition that remembers it, and the duplicate is
 found), else round robin. The key rule is core/placement_keys.py's, over
 the queue's layout once it was split: a key goes to the open partition whose
 range holds its hash, and an explicit partition that is sealed is refused
-(PartitionSealed: the sender's partition map is stale).
+(PartitionSealed: the sender's partition map is stale) by that partition's
+own Raft group, before anything else of the request is appended; the group
+answers a retry of an Append it stored before its seal (same request id)
+with the first answer, so a lost answer across the seal stores nothing twice.
 
 A request id (``SendRequest.request_id``, the SDK's idempotency key of one
 Send RPC) goes into every partition's Append, and with the entries when
@@ -61,16 +64,12 @@ class Sender:
         return self.c.partition_of(i, entry, partitions)
 
     def _place_split(self, i: int, entry: Any, layout: Layout) -> int:
+        """A split queue's placement; an explicit sealed partition is kept
+        (``send`` refuses it unless the request may be a retry)."""
         if entry.HasField("partition"):
-            part = convert.check_range(
+            return convert.check_range(
                 entry.partition, 0, layout.version - 1, f"entries[{i}].partition"
             )
-            if not layout.is_open(part):
-                raise errors.PartitionSealed(
-                    f"entries[{i}].partition: {part} was split (sealed); refresh the "
-                    f"partition map (layout version {layout.version})"
-                )
-            return part
         if entry.key or entry.dedup_id:
             return partition_for_key(entry.key or entry.dedup_id, layout)
         writable = layout.writable()
@@ -103,15 +102,29 @@ class Sender:
                 convert.new_record(i, entry, q.spec, self.limits)
             raise
         results: list[Any] = [None] * len(entries)
-        await asyncio.gather(
-            *(
-                self._send_partition(
-                    q, part, idx, blobs[part], entries, results, forwarded, request_id
-                )
-                for part, idx in by_part.items()
+
+        def one(part: int) -> Any:
+            return self._send_partition(
+                q, part, by_part[part], blobs[part], entries, results, forwarded, request_id
             )
-        )
+
+        sealed = [p for p in by_part if q.sealed(p)] if q.ranges else []
+        if sealed:  # a stale sender; or the retry of a send its parent stored
+            await self._sealed_first(q, sealed, request_id, one)
+        await asyncio.gather(*(one(part) for part in by_part if part not in sealed))
         return results
+
+    async def _sealed_first(self, q: Any, sealed: list[int], request_id: bytes, one: Any) -> None:
+        """A split partition answers only the retry of an Append it stored
+        before its seal (same request id: its first answer, as duplicates);
+        anything else is PartitionSealed. They go first, so that a refusal
+        stores nothing of the request (the SDK then places it again)."""
+        if not request_id:
+            raise errors.PartitionSealed(
+                f"partition {sealed[0]} of {q.name} was split (sealed); refresh the "
+                f"partition map (layout version {q.spec.partitions})"
+            )
+        await asyncio.gather(*(one(part) for part in sealed))
 
     def _place_all(self, entries: Sequence[Any], partitions: int | Layout) -> dict[int, list[int]]:
         """Entry indexes by partition, in index order within each."""
