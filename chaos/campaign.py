@@ -31,7 +31,7 @@ from typing import Any
 from chaos.checker import Report, check
 from chaos.cluster import ChaosCluster
 from chaos.history import History, Op
-from chaos.nemesis import FACTORIES, Context, Fault, Schedule
+from chaos.nemesis import FACTORIES, OPT_IN, Context, Fault, Schedule
 from chaos.workload import (
     DRAIN_VISIBILITY_MS,
     Workload,
@@ -304,13 +304,14 @@ def final_phase(
 ) -> tuple[dict[str, Any], dict[int, dict[str, str]]]:
     """Drain, read everything by offset, and collect digests (faults healed)."""
     q = config.workload.queue
-    settle_s = wait_healthy(cluster, q, config.partitions, 90)
+    partitions = partition_count_now(cluster, q, config.partitions)  # "grow" adds some
+    settle_s = wait_healthy(cluster, q, partitions, 90)
     with cluster.client(timeout_s=10.0, retries=5) as client:
         # FIFO hands out one message per key at a time: a long run's backlog drains
         # slowly, so the budget is generous (the drain ends once the queue is empty).
         vis = config.workload.visibility_ms
         drained, drain_done = final_drain(history, client, q, vis, timeout_s=900.0)
-        read, reads_done = final_reads(history, client, q, config.partitions)
+        read, reads_done = final_reads(history, client, q, partitions)
         digests, converged = collect_digests(client, q, config.replication)
     final = {
         "healthy": settle_s is not None,
@@ -322,6 +323,32 @@ def final_phase(
         "digests_equal": converged,
     }
     return final, digests
+
+
+def partition_count_now(cluster: Any, queue: str, default: int) -> int:
+    """The queue's partitions now (a "grow" nemesis splits some), else ``default``."""
+    with cluster.client(timeout_s=5.0, retries=3) as client:
+        try:
+            return len(client.partitions(queue))
+        except QueueError:
+            return default
+
+
+def split_ranks(cluster: Any, queue: str) -> dict[tuple[str, Any], int]:
+    """Each partition's depth in the queue's split tree (0 if never split): the
+    checker's per-key order puts a parent's records before its child's."""
+    with cluster.client(timeout_s=10.0, retries=5) as client:
+        try:
+            infos = {p.partition: p for p in client.partitions(queue)}
+        except QueueError:
+            return {}
+    ranks = {}
+    for p, info in infos.items():
+        depth, parent = 0, info.parent
+        while parent >= 0 and parent in infos:
+            depth, parent = depth + 1, infos[parent].parent
+        ranks[(queue, p)] = depth
+    return ranks
 
 
 def recovery_times(
@@ -344,7 +371,8 @@ def recovery_times(
         for inv, done, part in acks:
             if inv >= healed * 1e9 and done <= until * 1e9:
                 first[part] = min(first.get(part, done), done)
-        out.append(max(first.values()) / 1e9 - healed if len(first) == partitions else None)
+        # >=: after a "grow", sends reach more partitions than the queue began with.
+        out.append(max(first.values()) / 1e9 - healed if len(first) >= partitions else None)
     return out
 
 
@@ -411,7 +439,9 @@ def _run_in(cluster: ChaosCluster, config: CampaignConfig, run_dir: Path, log: A
     final["workload_errors"] = workload.errors
     history.close()
     ops = history.ops
-    report = check(ops, replica_digests=digests, dedup=True, fifo_keys=config.ordering == "fifo")
+    fifo = config.ordering == "fifo"
+    rank = split_ranks(cluster, config.workload.queue)
+    report = check(ops, replica_digests=digests, dedup=True, fifo_keys=fifo, partition_rank=rank)
     windows = {"receive": config.workload.visibility_ms, "drain": DRAIN_VISIBILITY_MS}
     return Result(
         config.seed, config.nodes, config.duration_s, faults,
@@ -443,15 +473,16 @@ def parse_args(argv: list[str] | None) -> CampaignConfig:
     add("--seed", type=int, default=None, help="replays a schedule (default: random, printed)")
     add("--nodes", type=int, choices=(3, 5), default=3)
     add("--out", type=Path, default=Path(".raftq/chaos"), help="for history and report")
-    add("--nemesis", default=",".join(FACTORIES), help="subset of: " + ", ".join(FACTORIES))
+    add("--nemesis", default=",".join(FACTORIES),
+        help="subset of: " + ", ".join(FACTORIES) + "; opt-in: " + ", ".join(OPT_IN))  # fmt: skip
     add("--fifo", action="store_true", help="a FIFO queue; also checks per-key order")
     add("--keep-data", action="store_true", help="keep node data even when valid")
     add("--quota", type=int, default=0, help="messages/s quota on the workload's principal")
     args = parser.parse_args(argv)
     names = [n for n in args.nemesis.split(",") if n]
-    unknown = [n for n in names if n not in FACTORIES]
+    unknown = [n for n in names if n not in FACTORIES and n not in OPT_IN]
     if unknown or not names:
-        parser.error(f"unknown nemesis {unknown}; known: {', '.join(FACTORIES)}")
+        parser.error(f"unknown nemesis {unknown}; known: {', '.join([*FACTORIES, *OPT_IN])}")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     return CampaignConfig(
         duration_s=args.duration, seed=seed, nodes=args.nodes, out=args.out, nemeses=names,

@@ -17,6 +17,9 @@
   returned, or the reported high offset shrinking).
 - hole: a read skipped offsets in [its start, its last offset].
 - fifo_violation (``fifo_keys``): per (queue, key), records delivered out of offset order.
+  Across a split (raft_queue/core/placement_keys.py) a key's records sit in a parent
+  and then in one child: ``partition_rank`` {(queue, partition): depth in the split
+  tree} orders them by (rank, offset), the order the queue promises.
 - replica_divergence: one partition's replicas report different digests.
 
 ``recovered`` (info sends that were returned) is informational, as in Jepsen.
@@ -101,6 +104,7 @@ def check(
     replica_digests: Mapping[Any, Mapping[Any, Any]] | None = None,
     fifo_keys: bool = False,
     dedup: bool = True,
+    partition_rank: Mapping[tuple[str, Any], int] | None = None,
 ) -> Report:
     """Check a history. ``replica_digests``: {partition: {replica: digest}} at the end."""
     facts = extract(history_ops)
@@ -112,7 +116,7 @@ def check(
         "offset_conflict": _offset_conflicts(facts),
         "non_monotonic": _non_monotonic(facts),
         "hole": _holes(facts),
-        "fifo_violation": _fifo_violations(facts) if fifo_keys else [],
+        "fifo_violation": _fifo_violations(facts, partition_rank or {}) if fifo_keys else [],
         "replica_divergence": _divergence(replica_digests or {}),
     }
     warnings = (
@@ -298,24 +302,30 @@ def _holes(facts: Facts) -> list[Example]:
     return found
 
 
-def _fifo_violations(facts: Facts) -> list[Example]:
+def _fifo_violations(facts: Facts, rank: Mapping[tuple[str, Any], int]) -> list[Example]:
     """Per (queue, key), deliveries must follow offset order: never go back, never skip.
+    A position is (the partition's rank, offset): a split parent's records come first.
 
     Redelivering the current record (its lease expired) is allowed.
     """
-    known: dict[tuple[str, Any], set[int]] = defaultdict(set)
+
+    def at(r: Record) -> tuple[int, int]:
+        return (rank.get((r.queue, r.partition), 0), r.offset)
+
+    known: dict[tuple[str, Any], set[tuple[int, int]]] = defaultdict(set)
     for record in [*facts.stored, *facts.delivered]:
         if record.key is not None:
-            known[(record.queue, record.key)].add(record.offset)
-    delivered: dict[tuple[str, Any], set[int]] = defaultdict(set)
+            known[(record.queue, record.key)].add(at(record))
+    delivered: dict[tuple[str, Any], set[tuple[int, int]]] = defaultdict(set)
     found = []
     for record in sorted(facts.delivered, key=lambda r: r.completed):
         if record.key is None:
             continue
         group = (record.queue, record.key)
         done = delivered[group]
-        behind = [o for o in done if o > record.offset]
-        skipped = sorted(o for o in known[group] if o < record.offset and o not in done)
+        here = at(record)
+        behind = [o for o in done if o > here]
+        skipped = sorted(o for o in known[group] if o < here and o not in done)
         if behind or skipped:
             found.append(
                 {
@@ -323,12 +333,12 @@ def _fifo_violations(facts: Facts) -> list[Example]:
                     "key": record.key,
                     "partition": record.partition,
                     "offset": record.offset,
-                    "after": sorted(behind)[:5],
-                    "skipped": skipped[:5],
+                    "after": [o for _, o in sorted(behind)][:5],
+                    "skipped": [o for _, o in skipped][:5],
                     "op": record.completed,
                 }
             )
-        done.add(record.offset)
+        done.add(here)
     return found
 
 

@@ -490,8 +490,9 @@ class NodeConfig:
 class QueueSpec:
     """A queue's settings (DESIGN.md section 3); the fields of proto QueueConfig.
 
-    ``partitions``, ``replication_factor`` and ``ordering`` are fixed at
-    creation; the rest can be updated. Whether ``replication_factor`` fits
+    ``replication_factor`` and ``ordering`` are fixed at creation;
+    ``partitions`` only grows, by splits (server/control/splits.py), and
+    counts sealed partitions too; the rest can be updated. Whether ``replication_factor`` fits
     the live nodes and ``max_message_bytes`` the node limit is the caller's
     check (it knows the cluster).
     """

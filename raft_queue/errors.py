@@ -44,6 +44,13 @@ class FailedPrecondition(QueueError):
     """The request is valid but the state does not allow it (stale receipt, ...)."""
 
 
+class PartitionSealed(FailedPrecondition):
+    """A send placed on a partition that was split (sealed): the sender's
+    partition map is older than the queue's. The same request would fail
+    again (not retryable as it is); placed again from a fresh map
+    (GetPartitions) it succeeds, and the SDK does that by itself."""
+
+
 class NotLeader(QueueError):
     """This replica is not the leader. ``leader`` is the leader's gRPC address if known.
 

@@ -25,6 +25,10 @@ PARTITION_COLUMNS: list[Column] = [
     ("in flight", attrgetter("in_flight")),
     ("epoch", attrgetter("epoch")),
     ("commit index", attrgetter("commit_index")),
+    # Splits (docs/semantics.md): state, the partition it came from, its key range.
+    ("state", lambda p: p.state + (" (gated)" if p.gated else "")),
+    ("parent", lambda p: p.parent if p.parent >= 0 else "-"),
+    ("keys", lambda p: f"h%{p.hash_modulus}={p.hash_residue}" if p.hash_modulus else "-"),
 ]
 
 

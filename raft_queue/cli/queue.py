@@ -113,12 +113,22 @@ def create(
 
 @queue.command("update")
 @click.argument("name")
+@click.option(
+    "--partitions",
+    type=click.IntRange(min=1),
+    help="Grow to this many partitions by splits: each seals one partition and adds "
+    "two, so +2 per split (docs/operations.md, Growing a queue).",
+)
 @config_options
 @json_option
 @click.pass_obj
-def update(session: Session, /, name: str, as_json: bool, **options: Any) -> None:
+def update(
+    session: Session, /, name: str, partitions: int | None, as_json: bool, **options: Any
+) -> None:
     """Change the given settings of queue NAME; the others stay as they are."""
     config = _config_from_options(options)
+    if partitions is not None:
+        config["partitions"] = partitions
     if not config:
         raise click.UsageError("nothing to change: give at least one setting")
     _show(session.client.update_queue(name, **config), as_json)
@@ -257,6 +267,7 @@ def _show(info: QueueInfo, as_json: bool) -> None:
         ("dead", info.dead),
         ("oldest message age s", round(info.oldest_message_age_ms / 1000, 1)),
         ("bytes", info.bytes),
+        ("writable partitions", info.writable_partitions),
     ]
     pairs += [(f.name, getattr(info.config, f.name)) for f in dataclasses.fields(info.config)]
     print_fields(pairs, title=f"queue {info.name}")

@@ -20,15 +20,16 @@ from typing import Any, TypeVar
 from raft_queue._proto.raft_queue.v1 import admin_pb2, queue_pb2
 from raft_queue.client import models
 from raft_queue.client.models import Message, OutgoingMessage, SendResult
-from raft_queue.client.partitioner import RoundRobin, partition_for_key
+from raft_queue.client.partitioner import Layout, RoundRobin, partition_for_key
 from raft_queue.client.routing import AnyNode, PartitionLeaders, Router, SomeLeaderOf
-from raft_queue.errors import Internal, InvalidArgument, NotFound
+from raft_queue.errors import Internal, InvalidArgument, NotFound, PartitionSealed
 
 # Entries per Send RPC the SDK sends. Not the server's limit: a node accepts
 # up to limits.max_batch_messages (10,000 by default); 1000 keeps one Send
 # (one Raft entry) near 150 KB of 100-byte messages.
 MAX_BATCH = 1000
 REQUEST_ID_BYTES = 16  # random: as unique as a uuid4
+RESEAL_REFRESHES = 3  # partition maps fetched again in one send after PartitionSealed
 
 T = TypeVar("T")
 Target = AnyNode | PartitionLeaders | SomeLeaderOf
@@ -132,12 +133,19 @@ def partitions(router: Router, queue: str) -> Flow[list[models.PartitionInfo]]:
 
 
 def partition_count(router: Router, queue: str) -> Flow[int]:
-    count = router.partition_count(queue)
-    if count is None:
-        count = len((yield from partitions(router, queue)))
-    if count < 1:
-        raise Internal(f"queue {queue!r} reports no partitions")
-    return count
+    return (yield from partition_layout(router, queue)).version
+
+
+def partition_layout(router: Router, queue: str) -> Flow[Layout]:
+    """The queue's key ranges (cached; GetPartitions when unknown or old)."""
+    layout = router.layout(queue)
+    if layout is None:
+        if not (yield from partitions(router, queue)):
+            raise Internal(f"queue {queue!r} reports no partitions")
+        layout = router.layout(queue)
+    if layout is None:
+        raise Internal(f"queue {queue!r}: no partition map")
+    return layout
 
 
 # ---- send --------------------------------------------------------------------------
@@ -149,6 +157,7 @@ def send_batch(
     queue: str,
     messages: Iterable[OutgoingMessage | bytes | str],
     create: bool = False,
+    refreshes: int = RESEAL_REFRESHES,
 ) -> Flow[list[SendResult]]:
     """Placement: the explicit ``partition``, else the hash of ``key``, else
     the hash of a caller-given ``dedup_id`` (a re-send finds the partition
@@ -159,17 +168,21 @@ def send_batch(
     left to the server's one decision (server/dataplane/autocreate.py): the first chunk
     goes to any node with ``SendRequest.create`` = ``create`` and is placed
     there; the node creates the queue if asked to or if the cluster's
-    ``auto_create_queues`` is on, and answers NotFound otherwise."""
+    ``auto_create_queues`` is on, and answers NotFound otherwise.
+    Keys are placed by the cached key ranges; if the queue was split since
+    (PartitionSealed: nothing of that RPC was stored), the map is fetched
+    again and the entries not yet sent are placed again, ``refreshes`` times."""
     pending = list(messages)
     if not pending:
         return []
     try:
-        count = yield from partition_count(router, queue)
+        layout = yield from partition_layout(router, queue)
     except NotFound:
         first = yield from _send_creating(router, queue, pending[:MAX_BATCH], create)
         rest = yield from send_batch(router, round_robin, queue, pending[MAX_BATCH:], create)
         return first + rest
-    prepared = [_prepare(round_robin, queue, count, m) for m in pending]
+    placing: int | Layout = layout if layout.split else layout.version
+    prepared = [_prepare(round_robin, queue, placing, m) for m in pending]
     partitions = [p for p, _ in prepared]
     results: list[SendResult | None] = [None] * len(prepared)
     for indexes in _plan(router, queue, partitions):
@@ -183,12 +196,25 @@ def send_batch(
         except NotFound:
             router.drop_queue(queue)  # deleted or recreated: placement is stale
             raise
+        except PartitionSealed:
+            router.drop_queue(queue)  # split since we placed: place again
+            if refreshes <= 0:
+                raise
+            unsent = [pending[i] for i, r in enumerate(results) if r is None]
+            again = yield from send_batch(router, round_robin, queue, unsent, create, refreshes - 1)
+            return _merge(results, again)
         got = models.send_results_from_pb(response)
         if len(got) != len(indexes):
             raise Internal(f"Send returned {len(got)} results for {len(indexes)}")
         for i, result in zip(indexes, got, strict=True):
             results[i] = result
     return [r for r in results if r is not None]
+
+
+def _merge(results: list[SendResult | None], again: list[SendResult]) -> list[SendResult]:
+    """``results`` with its gaps filled from ``again``, in order."""
+    rest = iter(again)
+    return [r if r is not None else next(rest) for r in results]
 
 
 def first(flow: Flow[list[T]]) -> Flow[T]:
@@ -228,12 +254,16 @@ Prepared = tuple[int, queue_pb2.SendEntry | bytes]
 
 
 def _prepare(
-    round_robin: RoundRobin, queue: str, count: int, message: OutgoingMessage | bytes | str
+    round_robin: RoundRobin,
+    queue: str,
+    count: int | Layout,
+    message: OutgoingMessage | bytes | str,
 ) -> Prepared:
-    """Fix a message's partition once, so every retry sends the same entry."""
+    """Fix a message's partition once, so every retry sends the same entry.
+    ``count``: the partition count of a queue never split, else its layout."""
     if not isinstance(message, OutgoingMessage):
         body = message if type(message) is bytes else models.to_body(message)
-        partition = round_robin.next(queue, count) if count > 1 else 0
+        partition = round_robin.next(queue, count) if count != 1 else 0
         return partition, body
     if message.partition is not None and message.partition < 0:
         raise InvalidArgument("partition", f"must be >= 0, got {message.partition}")
@@ -244,7 +274,7 @@ def _prepare(
     elif message.dedup_id:
         partition = partition_for_key(message.dedup_id, count)
     else:
-        partition = round_robin.next(queue, count) if count > 1 else 0
+        partition = round_robin.next(queue, count) if count != 1 else 0
     return partition, models.entry_to_pb(message, partition)
 
 

@@ -9,11 +9,12 @@ the API reads the same in Python. Enums become short lower-case strings
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from raft_queue._proto.raft_queue.v1 import admin_pb2, queue_pb2
+from raft_queue.core.placement_keys import KeyRange, Layout
 from raft_queue.errors import InvalidArgument
 
 P = TypeVar("P")  # a protobuf message class
@@ -63,6 +64,7 @@ class QueueInfo:
     dead: int = 0
     oldest_message_age_ms: int = 0
     bytes: int = 0
+    writable_partitions: int = 0  # open to sends; partitions counts sealed ones too
 
     @property
     def partitions(self) -> int:
@@ -161,6 +163,14 @@ class PartitionInfo:
     commit_index: int = 0
     messages: int = 0
     in_flight: int = 0
+    # Its key range (core/placement_keys.py) and life: key_hash % hash_modulus
+    # == hash_residue; parent -1 for an original partition; state open |
+    # sealed (split: no sends) | drained; gated: a FIFO child not received yet.
+    hash_modulus: int = 0
+    hash_residue: int = 0
+    parent: int = -1
+    state: str = "open"
+    gated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,7 +385,20 @@ def history_from_pb(pb: queue_pb2.GetHistoryResponse) -> History:
 def partition_from_pb(pb: queue_pb2.PartitionInfo) -> PartitionInfo:
     values = _plain(pb, PartitionInfo)
     values["replicas"] = tuple(pb.replicas)
+    values["state"] = pb.state or "open"
+    if not pb.hash_modulus:  # a server from before splits: no range sent
+        values["parent"] = -1
     return PartitionInfo(**values)
+
+
+def layout_from_infos(infos: Sequence[PartitionInfo]) -> Layout:
+    """The key ranges of a GetPartitions answer (a server from before splits
+    sends none: the queue is then unsplit)."""
+    if not infos or any(i.hash_modulus == 0 for i in infos):
+        return Layout.initial(max(1, len(infos)))
+    ranges = [KeyRange(i.partition, i.hash_modulus, i.hash_residue, i.parent, i.state)
+              for i in sorted(infos, key=lambda i: i.partition)]  # fmt: skip
+    return Layout(ranges)
 
 
 def cluster_status_from_pb(pb: admin_pb2.ClusterStatusResponse) -> ClusterStatus:

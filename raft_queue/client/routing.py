@@ -26,7 +26,8 @@ from typing import Any
 import grpc
 
 from raft_queue._proto.raft_queue.v1 import admin_pb2_grpc, queue_pb2_grpc
-from raft_queue.client.models import PartitionInfo
+from raft_queue.client.models import PartitionInfo, layout_from_infos
+from raft_queue.core.placement_keys import Layout
 from raft_queue.errors import FailedPrecondition, NotLeader, OutcomeUnknown, QueueError, Unavailable
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -68,7 +69,7 @@ class Router:
         self._lock = threading.Lock()
         self._stubs: dict[str, tuple[grpc.Channel, Any, Any]] = {}
         self._leaders: dict[tuple[str, int], str] = {}
-        self._counts: dict[str, tuple[int, float]] = {}
+        self._layouts: dict[str, tuple[Layout, float]] = {}
         self._turn = 0
         self._closed = False
         # Names this client's receives when the caller gives no consumer id:
@@ -167,20 +168,27 @@ class Router:
             for info in infos:
                 if info.leader_address:
                     self._leaders[(queue, info.partition)] = info.leader_address
-            self._counts[queue] = (len(infos), self._clock())
+            self._layouts[queue] = (layout_from_infos(infos), self._clock())
 
-    def partition_count(self, queue: str) -> int | None:
-        """The cached partition count, or None when unknown or older than the TTL."""
+    def layout(self, queue: str) -> Layout | None:
+        """The cached key ranges (core/placement_keys.py), or None when unknown
+        or older than the TTL. A split makes sends by an older one refused
+        (PartitionSealed) and the flow refreshes it (client/calls.py)."""
         with self._lock:
-            cached = self._counts.get(queue)
+            cached = self._layouts.get(queue)
         if cached is None or self._clock() - cached[1] > self._ttl_s:
             return None
         return cached[0]
 
+    def partition_count(self, queue: str) -> int | None:
+        """The cached partition count, or None when unknown or older than the TTL."""
+        layout = self.layout(queue)
+        return None if layout is None else layout.version
+
     def drop_queue(self, queue: str) -> None:
         """Forget ``queue`` entirely (deleted, recreated, or not found)."""
         with self._lock:
-            self._counts.pop(queue, None)
+            self._layouts.pop(queue, None)
             for key in [k for k in self._leaders if k[0] == queue]:
                 del self._leaders[key]
 

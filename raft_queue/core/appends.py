@@ -23,7 +23,7 @@ from raft_queue.core.segments import (
 )
 from raft_queue.core.state import RECORDS, View, u64
 from raft_queue.core.wire import Malformed
-from raft_queue.errors import InvalidArgument
+from raft_queue.errors import InvalidArgument, PartitionSealed
 
 
 def append(view: View, data: bytes) -> AppendResult:
@@ -31,6 +31,8 @@ def append(view: View, data: bytes) -> AppendResult:
     ``now_ms``, raised if needed to the previous Append's so timestamps never
     decrease (retention, delay and dedup walk the log in time order)."""
     parts = split_append(data)
+    if view.cfg.sealed:
+        return _sealed(view, parts.request_id)
     c = view.c
     ts = c.last_ts = max(parts.now_ms, c.last_ts)
     view.at(ts)
@@ -51,6 +53,17 @@ def append(view: View, data: bytes) -> AppendResult:
     if request_id:
         dedup.record_request(view, request_id, first, ts, result)
     return result
+
+
+def _sealed(view: View, request_id: bytes) -> AppendResult:
+    """A split partition takes no Append; but the retry of one it stored
+    before the seal (same request id, within the window) gets its first
+    answer, so a send whose answer was lost across the seal is not stored
+    again on a child. Changes nothing."""
+    seen = dedup.seen_request(view, request_id) if request_id and view.cfg.dedup_window_ms else None
+    if seen is not None:
+        return seen
+    raise PartitionSealed("this partition was split (sealed); refresh the partition map")
 
 
 def _store(view: View, first: int, value: bytes, count: int) -> None:

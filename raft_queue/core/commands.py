@@ -35,6 +35,8 @@ class PartitionConfig:
     ``retention_bytes == 0`` means no size bound; ``max_receives == 0`` means
     unlimited; ``dedup_window_ms == 0`` disables dedup. ``delay_ms`` is the
     queue's minimum delivery delay (a record's own delay can only add to it).
+    ``sealed``: the partition was split (core/placement_keys.py); every Append
+    from then on is refused (PartitionSealed), whatever the sender believed.
     """
 
     ordering: str = "none"
@@ -44,6 +46,7 @@ class PartitionConfig:
     retention_ms: int = 0
     retention_bytes: int = 0
     delay_ms: int = 0
+    sealed: bool = False
 
     def __post_init__(self) -> None:
         if self.ordering not in ORDERINGS:

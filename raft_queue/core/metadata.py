@@ -26,6 +26,7 @@ from raft_queue.core import metadata_controllers as controllers
 from raft_queue.core import metadata_keys as keys
 from raft_queue.core import metadata_principals as principals
 from raft_queue.core import metadata_quotas as quotas
+from raft_queue.core import metadata_splits as splits
 from raft_queue.core.metadata_commands import (
     AddDataKey,
     CreatePrincipal,
@@ -47,8 +48,10 @@ from raft_queue.core.metadata_commands import (
     SetAssignment,
     SetMovePhase,
     SetNodeState,
+    SetPartitionState,
     SetQuota,
     ShredKeys,
+    SplitPartitions,
     StartControllerChange,
     StartMove,
     UpdateQueue,
@@ -81,7 +84,7 @@ __all__ = [
     "QueueRecord", "RegisterNode", "ReplicaRef", "SetAssignment", "SetMovePhase", "SetNodeState",
     "StartControllerChange", "StartMove", "UpdateQueue", "decode_meta", "encode_meta",
     "CreatePrincipal", "DeletePrincipal", "RotatePrincipal", "GrantAccess", "RevokeAccess",
-    "Principal", "SetQuota", "RemoveQuota", "RecordUsage",
+    "Principal", "SetQuota", "RemoveQuota", "RecordUsage", "SplitPartitions", "SetPartitionState",
 ]  # fmt: skip
 
 
@@ -215,7 +218,7 @@ class MetadataMachine(quotas.QuotasAndUsage):
         check_queue_name(cmd.name)
         existing = self._queues.get(cmd.name)
         if existing is not None:
-            if existing.spec == cmd.config:
+            if splits.same_definition(existing, cmd.config):
                 return existing
             raise errors.AlreadyExists(f"queue {cmd.name!r} exists with a different config")
         self._check_dead_letter(cmd.name, cmd.config)
@@ -247,6 +250,25 @@ class MetadataMachine(quotas.QuotasAndUsage):
         record = replace(old, spec=cmd.config)
         self._queues[cmd.name] = record
         self._changed()
+        return record
+
+    def _apply_SplitPartitions(self, cmd: SplitPartitions) -> QueueRecord:
+        record, assignments = splits.split(self._queue(cmd.name), self._assignments[cmd.name], cmd)
+        ports = self._used_ports()
+        for a in cmd.assignments:
+            self._check_replicas(a.replicas, ports)
+            ports.update((r.node_id, r.raft_port) for r in a.replicas)
+        self._queues[cmd.name] = record
+        self._assignments[cmd.name] = assignments
+        self._changed()
+        return record
+
+    def _apply_SetPartitionState(self, cmd: SetPartitionState) -> QueueRecord:
+        old = self._queue(cmd.name)
+        record = splits.set_state(old, cmd)
+        if record != old:
+            self._queues[cmd.name] = record
+            self._changed()
         return record
 
     def _apply_DeleteQueue(self, cmd: DeleteQueue) -> QueueRecord:
@@ -466,7 +488,8 @@ class MetadataMachine(quotas.QuotasAndUsage):
             "nodes": [_plain(n) for n in self.nodes().values()],
             "queues": [
                 {"name": q.name, "uid": q.uid, "created_ms": q.created_ms,
-                 "spec": q.spec.to_dict(), "assignments": _plain(self._assignments[q.name])}
+                 "spec": q.spec.to_dict(), "assignments": _plain(self._assignments[q.name]),
+                 **({"ranges": splits.ranges_to_plain(q.ranges)} if q.ranges else {})}
                 for q in self.queues()
             ],
             "moves": [_plain_move(m) for m in self.moves()],
@@ -488,7 +511,10 @@ class MetadataMachine(quotas.QuotasAndUsage):
                 machine._nodes[n["node_id"]] = NodeInfo(**n)
             for q in obj["queues"]:
                 spec = QueueSpec.from_dict(q["spec"])
-                machine._queues[q["name"]] = QueueRecord(q["name"], spec, q["uid"], q["created_ms"])
+                ranges = splits.ranges_from_plain(q.get("ranges", []))
+                machine._queues[q["name"]] = QueueRecord(
+                    q["name"], spec, q["uid"], q["created_ms"], ranges
+                )
                 machine._assignments[q["name"]] = _typed("assignments", q["assignments"])
             for m in obj.get("moves", ()):
                 move = Move(**{**m, "to": ReplicaRef(*m["to"])})

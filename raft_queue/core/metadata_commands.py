@@ -65,6 +65,31 @@ class UpdateQueue:
 
 
 @dataclass(frozen=True, slots=True)
+class SplitPartitions:
+    """Grow a queue: each of ``parents`` (in order) is split in two and is
+    ``splitting`` until sealed (core/placement_keys.py); ``assignments``
+    place the children, numbered from the queue's partition count on.
+    ``uid`` fences a re-created queue."""
+
+    name: str
+    uid: int
+    parents: tuple[int, ...]
+    assignments: tuple[PartitionAssignment, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SetPartitionState:
+    """A split partition's life: ``sealed`` once its children have leaders
+    (sends go to them from then on), ``drained`` once it holds no message
+    left to deliver (its children stop being gated)."""
+
+    name: str
+    uid: int
+    partition: int
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
 class DeleteQueue:
     name: str
 
@@ -256,7 +281,7 @@ MetaCommand = (
     | StartControllerChange | FinishControllerChange | DropControllerChange
     | AddDataKey | RewrapDataKeys | ShredKeys
     | CreatePrincipal | DeletePrincipal | RotatePrincipal | GrantAccess | RevokeAccess
-    | SetQuota | RemoveQuota | RecordUsage
+    | SetQuota | RemoveQuota | RecordUsage | SplitPartitions | SetPartitionState
 )  # fmt: skip
 _COMMANDS: dict[str, type[Any]] = {
     cls.__name__: cls
@@ -264,7 +289,8 @@ _COMMANDS: dict[str, type[Any]] = {
                 StartMove, SetMovePhase, FinishMove, DropMove, StartControllerChange,
                 FinishControllerChange, DropControllerChange, AddDataKey, RewrapDataKeys,
                 ShredKeys, CreatePrincipal, DeletePrincipal, RotatePrincipal, GrantAccess,
-                RevokeAccess, SetQuota, RemoveQuota, RecordUsage)
+                RevokeAccess, SetQuota, RemoveQuota, RecordUsage, SplitPartitions,
+                SetPartitionState)
 }  # fmt: skip
 
 
@@ -320,6 +346,8 @@ def _typed(name: str, value: Any) -> Any:
         return tuple(DataKey(int(k), str(m), str(w)) for k, m, w in value)
     if name == "voters":
         return tuple((str(node), str(address)) for node, address in value)
+    if name == "parents":
+        return tuple(int(p) for p in value)
     if name == "operations":
         return tuple(str(op) for op in value)
     if name == "rows":

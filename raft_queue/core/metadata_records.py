@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from raft_queue.config import QueueSpec
 from raft_queue.core.access import Grant
+from raft_queue.core.placement_keys import KeyRange, Layout
 
 NODE_STATES = ("alive", "suspect", "dead", "draining", "removed")
 
@@ -59,12 +60,27 @@ class NodeInfo:
 class QueueRecord:
     """A queue. ``uid`` is unique forever, so a re-created queue of the same
     name never reuses the old one's replica data.
+
+    ``ranges``: the key range of each partition once the queue was split
+    (core/placement_keys.py); () for a queue never split, whose partition i
+    of ``spec.partitions`` owns ``key_hash % partitions == i``.
+    ``spec.partitions`` always counts every partition, sealed ones included.
     """
 
     name: str
     spec: QueueSpec
     uid: int
     created_ms: int
+    ranges: tuple[KeyRange, ...] = ()
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.ranges) if self.ranges else Layout.initial(self.spec.partitions)
+
+    def sealed(self, partition: int) -> bool:
+        """True if ``partition`` was split (no Layout built: the hot path asks)."""
+        ranges = self.ranges
+        return 0 <= partition < len(ranges) and ranges[partition].state in ("sealed", "drained")
 
 
 @dataclass(frozen=True, slots=True)

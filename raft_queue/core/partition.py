@@ -61,7 +61,7 @@ from raft_queue.core.state import (
     u64,
 )
 from raft_queue.core.wire import Malformed
-from raft_queue.errors import InvalidArgument
+from raft_queue.errors import InvalidArgument, PartitionSealed
 
 
 class PartitionMachine:
@@ -154,11 +154,20 @@ def _apply_bytes(view: View, data: bytes, nested: bool) -> Result:
     if tag == TAG_APPEND:
         return appends.append(view, data)
     if tag == TAG_BATCH and not nested:
-        return tuple([_apply_bytes(view, part, nested=True) for part in split_batch(data)])
+        return tuple([_apply_part(view, part) for part in split_batch(data)])  # type: ignore[misc]
     cmd = decode(data)
     if isinstance(cmd, Batch):
         raise InvalidArgument("command", "nested Batch")
     return _HANDLERS[type(cmd)](view, cmd)
+
+
+def _apply_part(view: View, data: bytes) -> Result | PartitionSealed:
+    """One command of a Batch. An Append refused by a sealed partition is its
+    own result, not the batch's: the acks it rode with still apply."""
+    try:
+        return _apply_bytes(view, data, nested=True)
+    except PartitionSealed as exc:
+        return exc
 
 
 def _configure(view: View, cmd: Configure) -> None:

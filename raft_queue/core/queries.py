@@ -80,7 +80,8 @@ def stats(txn: KVTxn, now_ms: int) -> PartitionStats:
     records Lease has not reached count as messages, not delayed, even if
     their delay has not passed)."""
     c = load_counters(txn)
-    ended, waited, died = _due_timers(txn, load_config(txn), now_ms)
+    cfg = load_config(txn)
+    ended, waited, died = _due_timers(txn, cfg, now_ms)
     dead = c.dead + died
     return PartitionStats(
         earliest_offset=c.earliest,
@@ -91,6 +92,7 @@ def stats(txn: KVTxn, now_ms: int) -> PartitionStats:
         dead=dead,
         bytes=c.stored_bytes,
         oldest_timestamp_ms=_oldest_timestamp(txn, c),
+        sealed=cfg.sealed,
     )
 
 

@@ -165,6 +165,7 @@ class PartitionStats:
     dead: int  # dead, waiting for ForgetDead
     bytes: int  # stored size of the retained records (see segments: 8 + blob each)
     oldest_timestamp_ms: int  # of the oldest retained record not finished (0: none)
+    sealed: bool = False  # split: its config refuses every Append
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,7 +73,11 @@ class ReplicatedGroup(SafeSyncObj):
     fsync the cached pages may be ones the disk never got)."""
 
     # Errors a command itself causes: the same on every replica.
-    DETERMINISTIC: tuple[type[BaseException], ...] = (errors.InvalidArgument,)
+    # PartitionSealed: an Append reaching a split partition (core/placement_keys.py).
+    DETERMINISTIC: tuple[type[BaseException], ...] = (
+        errors.InvalidArgument,
+        errors.PartitionSealed,
+    )
     max_pending = MAX_PENDING
     max_entry_bytes = MAX_ENTRY_BYTES
 

@@ -12,6 +12,7 @@ import asyncio
 import itertools
 import logging
 import time
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from raft_queue import errors
@@ -94,15 +95,31 @@ class Cluster:
             raise errors.Unavailable(f"{queue}[{part}]: leader election in progress")
         return await self.peers.forward(address, method, request, self.timeout_s)
 
+    def split_receivable(self, q: Any) -> tuple[list[tuple[int, PartitionReplica]], list[str]]:
+        """``split_partitions`` over the partitions Receive may lease from: a
+        FIFO queue's split children wait for their parents to drain
+        (core/placement_keys.py, "Gating"). The gate is read from the current
+        view, not ``q``: a long poll that began before a parent drained sees
+        its plan change and plans again."""
+        if not q.ranges or q.spec.ordering != "fifo":
+            return self.split_partitions(q.name, q.spec.partitions)
+        now = self.node.view.queue(q.name)
+        if now is not None and now.uid == q.uid:
+            q = now
+        return self.split_partitions(q.name, q.spec.partitions, q.layout.gated())
+
     def split_partitions(
-        self, queue: str, partitions: int
+        self, queue: str, partitions: int, skip: Collection[int] = ()
     ) -> tuple[list[tuple[int, PartitionReplica]], list[str]]:
-        """Local leaders, and the addresses of other nodes leading the rest."""
+        """Local leaders, and the addresses of other nodes leading the rest
+        (but ``skip``)."""
         start = next(self._rr)
         local: list[tuple[int, PartitionReplica]] = []
         remote: list[str] = []
         for k in range(partitions):
             part = (start + k) % partitions
+            if part in skip:
+                continue
             replica = self.node.replica(queue, part)
             if replica is not None and replica.is_leader():
                 local.append((part, replica))
@@ -173,6 +190,7 @@ class Cluster:
                     digest=replica.digest() if include_digests else "",
                     has_quorum=st["has_quorum"],
                     snapshot_failures=replica.snapshot_failures,
+                    sealed=getattr(stats, "sealed", False),
                 )
             )
         return out
@@ -202,8 +220,14 @@ class Cluster:
         replicas, _ = await self.all_status()
         leaders = {r.partition: r for r in replicas if r.queue == q.name and r.role == "leader"}
         infos = []
+        record = self.node.view.queue(q.name) or q
+        layout = record.layout
+        gated = layout.gated() if record.spec.ordering == "fifo" else frozenset()
         for a in self.node.view.assignments(q.name):
+            if a.partition >= layout.version:
+                continue  # a split this record does not show yet
             r = leaders.get(a.partition)
+            kr = layout.ranges[a.partition]
             nid = r.node if r is not None else ""
             infos.append(
                 queue_pb2.PartitionInfo(
@@ -217,6 +241,11 @@ class Cluster:
                     commit_index=r.commit_index if r else 0,
                     messages=r.messages if r else 0,
                     in_flight=r.in_flight if r else 0,
+                    hash_modulus=kr.modulus,
+                    hash_residue=kr.residue,
+                    parent=kr.parent,
+                    state=kr.state,
+                    gated=a.partition in gated,
                 )
             )
         return infos

@@ -49,6 +49,7 @@ from raft_queue.server.control.liveness import Liveness
 from raft_queue.server.control.metadata_follower import follow_metadata
 from raft_queue.server.control.mover import Mover
 from raft_queue.server.control.operations import Operations
+from raft_queue.server.control.splits import SplitWatch
 from raft_queue.server.node import Node
 from raft_queue.server.peers import Peers
 from raft_queue.server.tls import NodeTls
@@ -139,6 +140,7 @@ async def serve(config: config_mod.NodeConfig) -> None:
         asyncio.create_task(Housekeeper(cluster, queue_service.sender).run_forever()),
         asyncio.create_task(liveness.run_forever()),
         asyncio.create_task(mover.run_forever()),
+        asyncio.create_task(SplitWatch(cluster).run_forever()),  # split parents drained
     ]
     usage = UsageFlusher(cluster, tokens.meter.usage)  # server/api/usage.py
     tasks.append(asyncio.create_task(usage.run_forever()))

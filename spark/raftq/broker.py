@@ -131,6 +131,19 @@ def partition_count(client: Any, queue: str) -> int:
     return len(layout(client, [queue])[queue])
 
 
+def key_placement(client: Any, queue: str) -> Any:
+    """What the sink places keys by: the partition count of a queue never
+    split, else its key ranges (raft_queue/core/placement_keys.py)."""
+    from raft_queue.client.models import layout_from_infos
+    from raft_queue.errors import NotFound
+
+    try:
+        ranges = layout_from_infos(client.partitions(queue))
+    except NotFound as exc:
+        raise OptionError(f"raftq: queue {queue!r} does not exist") from exc
+    return ranges if ranges.split else ranges.version
+
+
 def dedup_window_ms(client: Any, queue: str) -> int:
     """The queue's dedup window: how long a replayed write is still recognised."""
     return int(client.get_queue(queue).config.dedup_window_ms or 0)

@@ -147,22 +147,29 @@ def replay_risk(checkpoint: str | None, window_ms: int, now_s: float | None = No
     )
 
 
-def _partition_for_key(key: str, partitions: int) -> int:
-    """The SDK's murmur2 partitioner (imported late: it loads grpc with the SDK)."""
-    from raft_queue.client.partitioner import partition_for_key
+def _partition_for_key(key: str, partitions: Any) -> int:
+    """The one placement rule (raft_queue/core/placement_keys.py): murmur2
+    over ``partitions`` (a count, or a split queue's key ranges)."""
+    from raft_queue.core.placement_keys import partition_for_key
 
     return partition_for_key(key, partitions)
 
 
-def _placement(row: OutRow, partitions: int, task: int, index: int) -> int:
-    """The row's partition, the same on every retry (dedup is per partition)."""
+def _placement(row: OutRow, partitions: Any, task: int, index: int) -> int:
+    """The row's partition, the same on every retry (dedup is per partition).
+    ``partitions``: the count of a queue never split, else its key ranges
+    (``broker.key_placement``): keyless rows then rotate over the open ones."""
+    count = partitions if isinstance(partitions, int) else partitions.version
     if row.partition is not None:
-        if not 0 <= row.partition < partitions:
-            raise ValueError(f"raftq: partition {row.partition} not in [0, {partitions})")
+        if not 0 <= row.partition < count:
+            raise ValueError(f"raftq: partition {row.partition} not in [0, {count})")
         return int(row.partition)
     if row.key:
         return _partition_for_key(row.key, partitions)
-    return (task + index) % partitions
+    if isinstance(partitions, int):
+        return (task + index) % partitions
+    writable = partitions.writable()
+    return int(writable[(task + index) % len(writable)])
 
 
 def publish_task(
@@ -176,7 +183,7 @@ def publish_task(
     context = TaskContext.get()
     task = context.partitionId() if context else 0
     prefix = f"{sink_id}:{batch}:{task}:"
-    sizes: dict[str, int] = {}
+    sizes: dict[str, Any] = {}
     pending: dict[tuple[str, int], list[Any]] = {}
     index = 0
     started = time.monotonic()
@@ -188,7 +195,7 @@ def publish_task(
                 if not queue:
                     raise ValueError(f"raftq: row {index} of task {task} has no queue")
                 if queue not in sizes:
-                    sizes[queue] = broker.partition_count(client, queue)
+                    sizes[queue] = broker.key_placement(client, queue)
                 part = _placement(row, sizes[queue], task, index)
                 dedup_id = prefix + str(index)
                 chunk = pending.setdefault((queue, part), [])

@@ -817,3 +817,27 @@ def test_repeated_redirects_back_off():
     attempt, seen = failing([hop, hop, hop])
     assert retrier.run(attempt) == "ok"
     assert len(seen) == 4 and len(sleeps) == 2  # first redirect free, ping-pong waits
+
+
+def test_a_send_refused_by_a_sealed_partition_fetches_the_map_again_and_is_sent_once(
+    client, cluster
+):
+    """The queue was split after the client cached its map: the refused RPC
+    stored nothing, so the SDK asks GetPartitions again and re-places."""
+    cluster.add_queue("q", partitions=2)
+    client.send("q", "warm", key="a")  # the map is cached now
+    maps_before = len(cluster.calls_of("GetPartitions"))
+    cluster.fail("Send", errors.PartitionSealed("partition 1 was split (sealed)"))
+    results = client.send_batch("q", [OutgoingMessage(f"v{i}", key=f"k{i}") for i in range(6)])
+    assert len(results) == 6
+    assert len(cluster.calls_of("GetPartitions")) == maps_before + 1
+    stored = [m.body for log in cluster.queues["q"].logs for m in log]
+    assert sorted(stored) == sorted([b"warm", *(f"v{i}".encode() for i in range(6))])
+
+
+def test_a_sealed_partition_named_explicitly_is_an_error_after_the_refreshes(client, cluster):
+    cluster.add_queue("q", partitions=2)
+    cluster.fail("Send", errors.PartitionSealed("partition 0 was split (sealed)"), times=10)
+    with pytest.raises(errors.PartitionSealed):
+        client.send("q", "x", partition=0)
+    assert len(cluster.calls_of("Send")) == 4  # the first try and 3 refreshed ones

@@ -29,6 +29,7 @@ EXPECTED_CODES = {
     errors.AlreadyExists: C.ALREADY_EXISTS,
     errors.FailedPrecondition: C.FAILED_PRECONDITION,
     errors.NotLeader: C.FAILED_PRECONDITION,
+    errors.PartitionSealed: C.FAILED_PRECONDITION,
     errors.Unavailable: C.UNAVAILABLE,
     errors.OutcomeUnknown: C.UNAVAILABLE,
     errors.OutOfRange: C.OUT_OF_RANGE,

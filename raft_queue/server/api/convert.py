@@ -82,8 +82,9 @@ def spec_to_pb(spec: QueueSpec) -> queue_pb2.QueueConfig:
     return pb
 
 
-def partition_config(spec: QueueSpec) -> PartitionConfig:
+def partition_config(spec: QueueSpec, sealed: bool = False) -> PartitionConfig:
     return PartitionConfig(
+        sealed=sealed,
         ordering=spec.ordering,
         visibility_timeout_ms=spec.visibility_timeout_ms,
         max_receives=spec.max_receives,

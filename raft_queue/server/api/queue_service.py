@@ -168,7 +168,8 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
     @handled
     async def GetPartitions(self, request: Any, context: Any) -> Any:  # noqa: N802
         q = self.node.queue_spec(request.queue)
-        return queue_pb2.GetPartitionsResponse(partitions=await self.c.partition_infos(q))
+        infos = await self.c.partition_infos(q)
+        return queue_pb2.GetPartitionsResponse(partitions=infos, layout_version=len(infos))
 
     @handled
     async def CommitOffsets(self, request: Any, context: Any) -> Any:  # noqa: N802

@@ -51,6 +51,7 @@ STATUS_CODES: dict[type[errors.QueueError], grpc.StatusCode] = {
     errors.AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
     errors.FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     errors.NotLeader: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.PartitionSealed: grpc.StatusCode.FAILED_PRECONDITION,  # refresh the partition map
     errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
     errors.OutcomeUnknown: grpc.StatusCode.UNAVAILABLE,
     errors.OutOfRange: grpc.StatusCode.OUT_OF_RANGE,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 from raft_queue import errors
@@ -24,6 +25,7 @@ from raft_queue.core import metadata as meta
 from raft_queue.core.placement import place_partitions
 from raft_queue.server.api import convert
 from raft_queue.server.cluster import Cluster
+from raft_queue.server.control.splits import SplitWatch, grow, split_count
 from raft_queue.server.dataplane import bounds
 from raft_queue.server.dataplane.sending import now_ms
 
@@ -36,13 +38,17 @@ class Queues:
     def __init__(self, cluster: Cluster) -> None:
         self.c = cluster
         self.node = cluster.node
+        self.watch = SplitWatch(cluster)
 
     # ---- describe ----------------------------------------------------------------------
     async def info(self, name: str, depth: bool = True) -> Any:
         """QueueInfo; with ``depth``, counters summed over the partition leaders."""
         q = self.node.queue_spec(name)
         info = queue_pb2.QueueInfo(
-            name=q.name, config=convert.spec_to_pb(q.spec), created_ms=q.created_ms
+            name=q.name,
+            config=convert.spec_to_pb(q.spec),
+            created_ms=q.created_ms,
+            writable_partitions=len(q.layout.writable()),
         )
         if not depth:
             return info
@@ -110,21 +116,39 @@ class Queues:
         return await self.info(name, depth=False)
 
     async def update(self, request: Any, forwarded: bool) -> Any:
-        """Change the fields set in ``request.config``; the rest stay."""
+        """Change the fields set in ``request.config``; the rest stay. A larger
+        ``partitions`` grows the queue by splits (control/splits.py), first."""
         name = request.name
         old = self.node.queue_spec(name)
         spec = convert.spec_from_pb(request.config, base=old.spec)
         bounds.check_queue_spec(spec, self.node.config.limits)
+        splits = split_count(old.spec.partitions, spec.partitions)
+        spec = replace(spec, partitions=old.spec.partitions)
         for field in IMMUTABLE_QUEUE_FIELDS:
             if getattr(spec, field) != getattr(old.spec, field):
                 raise errors.InvalidArgument(f"config.{field}", "cannot be changed after creation")
         remote = await self._metadata_call(forwarded, "UpdateQueue", request)
         if remote is not None:
-            await self._wait_for(lambda: self.node.queue_spec(name).spec == spec)
+            total = old.spec.partitions + 2 * splits
+            await self._wait_for(lambda: self._updated(name, spec, total))
             return remote
         self._check_dead_letter(name, spec)
-        await self.node.submit_metadata(meta.UpdateQueue(name=name, config=spec))
+        if splits:
+            await grow(self.node, self._all_assignments(), name, old, splits)
+            await self._wait_for_leaders(name)
+            await self.watch.step()  # seals the parents whose children lead
+            await self._wait_for(lambda: not self._splitting(name))
+        if spec != old.spec:
+            spec = replace(spec, partitions=self.node.queue_spec(name).spec.partitions)
+            await self.node.submit_metadata(meta.UpdateQueue(name=name, config=spec))
         return await self.info(name, depth=False)
+
+    def _splitting(self, name: str) -> bool:
+        return any(r.state == "splitting" for r in self.node.queue_spec(name).ranges)
+
+    def _updated(self, name: str, spec: QueueSpec, total: int) -> bool:
+        current: QueueSpec = self.node.queue_spec(name).spec
+        return current == replace(spec, partitions=total) and not self._splitting(name)
 
     async def delete(self, name: str, forwarded: bool) -> None:
         self.node.queue_spec(name)

@@ -101,7 +101,7 @@ class Receiver:
             asyncio.ensure_future(self.give_back(q, out[keep:]))
             out = out[:keep]
         if out and request.consumer and (wait_ms or taken_up):
-            local, _ = self.c.split_partitions(q.name, q.spec.partitions)
+            local, _ = self.c.split_receivable(q)
             self.lingering.returned(key, arrived, max_n, visibility, local, lin)
         elif lin is not None:
             undo(lin.stands)
@@ -136,7 +136,7 @@ class Receiver:
         """One immediate attempt: local leaders, then the other leader nodes."""
         out: list[Any] = []
         await self._lease_local(q, consumer, max_n, visibility, out)
-        _, remote = self.c.split_partitions(q.name, q.spec.partitions)
+        _, remote = self.c.split_receivable(q)
         for address in remote:
             if len(out) >= max_n:
                 break
@@ -180,7 +180,7 @@ class Receiver:
     ) -> tuple[tuple[int, ...], tuple[str, ...]]:
         """(partitions led here, other leader nodes; () with ``local_only``),
         sorted: equal plans compare equal."""
-        local, remote = self.c.split_partitions(q.name, q.spec.partitions)
+        local, remote = self.c.split_receivable(q)
         return tuple(sorted(p for p, _ in local)), () if local_only else tuple(sorted(remote))
 
     async def _forward_until(
@@ -249,7 +249,7 @@ class Receiver:
         plan = plan or self._plan(q, local_only)
         try_now = True
         while True:
-            local, _ = self.c.split_partitions(q.name, q.spec.partitions)
+            local, _ = self.c.split_receivable(q)
             if self._plan(q, local_only) != plan:
                 return []
             keys = [(q.name, part) for part, _ in local]
@@ -317,7 +317,7 @@ class Receiver:
     ) -> None:
         """Append to ``out`` leases from the partitions this node leads. If
         cancelled, what ``out`` holds is given back before re-raising."""
-        local, _ = self.c.split_partitions(q.name, q.spec.partitions)
+        local, _ = self.c.split_receivable(q)
         try:
             for part, replica in local:
                 if len(out) >= max_n:

@@ -7,7 +7,13 @@ durability reporting.
 Placement of an entry: its explicit ``partition``, else the hash of its
 ``key``, else the hash of its ``dedup_id`` (so a repeated send of the same
 dedup id lands on the partition that remembers it, and the duplicate is
-found), else round robin.
+found), else round robin. The key rule is core/placement_keys.py's, over
+the queue's layout once it was split: a key goes to the open partition whose
+range holds its hash, and an explicit partition that is sealed is refused
+(PartitionSealed: the sender's partition map is stale) by that partition's
+own Raft group, before anything else of the request is appended; the group
+answers a retry of an Append it stored before its seal (same request id)
+with the first answer, so a lost answer across the seal stores nothing twice.
 
 A request id (``SendRequest.request_id``, the SDK's idempotency key of one
 Send RPC) goes into every partition's Append, and with the entries when
@@ -25,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
-from raft_queue.client.partitioner import partition_for_key
 from raft_queue.core import commands as cmd
+from raft_queue.core.placement_keys import Layout, partition_for_key
 from raft_queue.core.segments import Summary
 from raft_queue.observability import metrics
 from raft_queue.server.api import convert
@@ -45,8 +51,11 @@ class Sender:
         self.c = cluster
         self.limits = cluster.node.config.limits
 
-    def place(self, i: int, entry: Any, partitions: int) -> int:
-        """The partition of ``entries[i]`` (see the module doc)."""
+    def place(self, i: int, entry: Any, partitions: int | Layout) -> int:
+        """The partition of ``entries[i]`` (see the module doc): ``partitions``
+        is the count of a queue never split, else its layout."""
+        if isinstance(partitions, Layout):
+            return self._place_split(i, entry, partitions)
         if entry.HasField("partition"):
             return convert.check_range(
                 entry.partition, 0, partitions - 1, f"entries[{i}].partition"
@@ -56,6 +65,18 @@ class Sender:
         if entry.dedup_id:
             return partition_for_key(entry.dedup_id, partitions)
         return self.c.partition_of(i, entry, partitions)
+
+    def _place_split(self, i: int, entry: Any, layout: Layout) -> int:
+        """A split queue's placement; an explicit sealed partition is kept
+        (``send`` refuses it unless the request may be a retry)."""
+        if entry.HasField("partition"):
+            return convert.check_range(
+                entry.partition, 0, layout.version - 1, f"entries[{i}].partition"
+            )
+        if entry.key or entry.dedup_id:
+            return partition_for_key(entry.key or entry.dedup_id, layout)
+        writable = layout.writable()
+        return writable[self.c.partition_of(i, entry, len(writable))]
 
     async def send(
         self, q: QueueRecord, entries: Sequence[Any], forwarded: bool, request_id: bytes = b""
@@ -73,7 +94,7 @@ class Sender:
             raise errors.InvalidArgument(
                 "entries", f"{len(entries)} messages; at most {self.limits.max_batch_messages}"
             )
-        by_part = self._place_all(entries, q.spec.partitions)
+        by_part = self._place_all(entries, q.layout if q.ranges else q.spec.partitions)
         try:
             blobs = {
                 p: convert.record_blobs(entries, idx, q.spec, self.limits)
@@ -84,17 +105,31 @@ class Sender:
                 convert.new_record(i, entry, q.spec, self.limits)
             raise
         results: list[Any] = [None] * len(entries)
-        await asyncio.gather(
-            *(
-                self._send_partition(
-                    q, part, idx, blobs[part], entries, results, forwarded, request_id
-                )
-                for part, idx in by_part.items()
+
+        def one(part: int) -> Any:
+            return self._send_partition(
+                q, part, by_part[part], blobs[part], entries, results, forwarded, request_id
             )
-        )
+
+        sealed = [p for p in by_part if q.sealed(p)] if q.ranges else []
+        if sealed:  # a stale sender; or the retry of a send its parent stored
+            await self._sealed_first(q, sealed, request_id, one)
+        await asyncio.gather(*(one(part) for part in by_part if part not in sealed))
         return results
 
-    def _place_all(self, entries: Sequence[Any], partitions: int) -> dict[int, list[int]]:
+    async def _sealed_first(self, q: Any, sealed: list[int], request_id: bytes, one: Any) -> None:
+        """A split partition answers only the retry of an Append it stored
+        before its seal (same request id: its first answer, as duplicates);
+        anything else is PartitionSealed. They go first, so that a refusal
+        stores nothing of the request (the SDK then places it again)."""
+        if not request_id:
+            raise errors.PartitionSealed(
+                f"partition {sealed[0]} of {q.name} was split (sealed); refresh the "
+                f"partition map (layout version {q.spec.partitions})"
+            )
+        await asyncio.gather(*(one(part) for part in sealed))
+
+    def _place_all(self, entries: Sequence[Any], partitions: int | Layout) -> dict[int, list[int]]:
         """Entry indexes by partition, in index order within each."""
         if partitions == 1:  # the common case: only an explicit bad partition can fail
             for i, entry in enumerate(entries):

@@ -58,7 +58,7 @@ class QueueConfig(_message.Message):
     def __init__(self, partitions: _Optional[int] = ..., replication_factor: _Optional[int] = ..., durability: _Optional[_Union[Durability, str]] = ..., ordering: _Optional[_Union[Ordering, str]] = ..., visibility_timeout_ms: _Optional[int] = ..., max_receives: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., delay_ms: _Optional[int] = ..., encryption: _Optional[bool] = ...) -> None: ...
 
 class QueueInfo(_message.Message):
-    __slots__ = ("name", "config", "created_ms", "messages", "in_flight", "delayed", "dead", "oldest_message_age_ms", "bytes")
+    __slots__ = ("name", "config", "created_ms", "messages", "in_flight", "delayed", "dead", "oldest_message_age_ms", "bytes", "writable_partitions")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     CREATED_MS_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +68,7 @@ class QueueInfo(_message.Message):
     DEAD_FIELD_NUMBER: _ClassVar[int]
     OLDEST_MESSAGE_AGE_MS_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
+    WRITABLE_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     name: str
     config: QueueConfig
     created_ms: int
@@ -77,7 +78,8 @@ class QueueInfo(_message.Message):
     dead: int
     oldest_message_age_ms: int
     bytes: int
-    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[QueueConfig, _Mapping]] = ..., created_ms: _Optional[int] = ..., messages: _Optional[int] = ..., in_flight: _Optional[int] = ..., delayed: _Optional[int] = ..., dead: _Optional[int] = ..., oldest_message_age_ms: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+    writable_partitions: int
+    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[QueueConfig, _Mapping]] = ..., created_ms: _Optional[int] = ..., messages: _Optional[int] = ..., in_flight: _Optional[int] = ..., delayed: _Optional[int] = ..., dead: _Optional[int] = ..., oldest_message_age_ms: _Optional[int] = ..., bytes: _Optional[int] = ..., writable_partitions: _Optional[int] = ...) -> None: ...
 
 class Message(_message.Message):
     __slots__ = ("queue", "partition", "offset", "body", "key", "headers", "timestamp_ms", "receipt", "receive_count", "dedup_id")
@@ -346,7 +348,7 @@ class GetPartitionsRequest(_message.Message):
     def __init__(self, queue: _Optional[str] = ...) -> None: ...
 
 class PartitionInfo(_message.Message):
-    __slots__ = ("partition", "earliest_offset", "latest_offset", "leader", "leader_address", "replicas", "epoch", "commit_index", "messages", "in_flight")
+    __slots__ = ("partition", "earliest_offset", "latest_offset", "leader", "leader_address", "replicas", "epoch", "commit_index", "messages", "in_flight", "hash_modulus", "hash_residue", "parent", "state", "gated")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     EARLIEST_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LATEST_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -357,6 +359,11 @@ class PartitionInfo(_message.Message):
     COMMIT_INDEX_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    HASH_MODULUS_FIELD_NUMBER: _ClassVar[int]
+    HASH_RESIDUE_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    GATED_FIELD_NUMBER: _ClassVar[int]
     partition: int
     earliest_offset: int
     latest_offset: int
@@ -367,13 +374,20 @@ class PartitionInfo(_message.Message):
     commit_index: int
     messages: int
     in_flight: int
-    def __init__(self, partition: _Optional[int] = ..., earliest_offset: _Optional[int] = ..., latest_offset: _Optional[int] = ..., leader: _Optional[str] = ..., leader_address: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., epoch: _Optional[int] = ..., commit_index: _Optional[int] = ..., messages: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...
+    hash_modulus: int
+    hash_residue: int
+    parent: int
+    state: str
+    gated: bool
+    def __init__(self, partition: _Optional[int] = ..., earliest_offset: _Optional[int] = ..., latest_offset: _Optional[int] = ..., leader: _Optional[str] = ..., leader_address: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., epoch: _Optional[int] = ..., commit_index: _Optional[int] = ..., messages: _Optional[int] = ..., in_flight: _Optional[int] = ..., hash_modulus: _Optional[int] = ..., hash_residue: _Optional[int] = ..., parent: _Optional[int] = ..., state: _Optional[str] = ..., gated: _Optional[bool] = ...) -> None: ...
 
 class GetPartitionsResponse(_message.Message):
-    __slots__ = ("partitions",)
+    __slots__ = ("partitions", "layout_version")
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_VERSION_FIELD_NUMBER: _ClassVar[int]
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionInfo]
-    def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ...) -> None: ...
+    layout_version: int
+    def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., layout_version: _Optional[int] = ...) -> None: ...
 
 class CommitOffsetsRequest(_message.Message):
     __slots__ = ("queue", "group", "offsets", "reset")
