@@ -188,11 +188,11 @@ class PartitionReplica(ReplicatedGroup):
             return commands.encode(cmds[0])
         return commands.encode(commands.Batch(tuple(cmds)))
 
-    def submit(self, command: Any, timeout_s: float = 10.0, early: bool = False) -> Future[Any]:
+    def submit(self, command: Any, timeout_s: float = 10.0, level: str = "") -> Future[Any]:
         if type(command) is commands.Configure:  # every leader is configured first
             fifo = command.config.ordering == "fifo"
             self._ridden = _RIDDEN_FIFO if fifo else _RIDDEN
-        return super().submit(command, timeout_s, early)
+        return super().submit(command, timeout_s, level)
 
     def riders(self, pending: list[Pending]) -> list[Pending]:
         """The standing leases, if ``pending`` may make records visible: as
@@ -211,7 +211,7 @@ class PartitionReplica(ReplicatedGroup):
             return []
         claimed = self.standing.claim(_wall_ms, max_requests, self._waking_left)
         self._waking_left -= sum(lease.max_records for lease, _, _ in claimed)
-        return [(lease, fut, at, False) for lease, fut, at in claimed]
+        return [(lease, fut, at, "") for lease, fut, at in claimed]
 
     def _stood(self) -> None:
         """A long poll stood (any thread). If an entry that may make records
@@ -296,21 +296,7 @@ class PartitionReplica(ReplicatedGroup):
         """Submit an Append; the future holds ``(result, level reached)``:
         ``leader`` if acked before replication, else the replica's mode
         (``quorum`` for a leader-mode replica that could not ack early)."""
-        mode = self.durability
-        out: Future[Any] = Future()
-        inner = self.submit(command, timeout_s, early=mode == "leader")
-
-        def done(f: Future[Any]) -> None:
-            if f.exception() is not None:
-                out.set_exception(f.exception())
-            elif mode == "leader":
-                result, early = f.result()
-                out.set_result((result, "leader" if early else "quorum"))
-            else:
-                out.set_result((f.result(), mode))
-
-        inner.add_done_callback(done)
-        return out
+        return self.submit(command, timeout_s, level=self.durability)
 
     # ---- reads (any thread) ------------------------------------------------------------
     @contextmanager
