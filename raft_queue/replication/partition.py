@@ -82,6 +82,11 @@ def _may_show(command: Any) -> int:
     return _SHOW_UNKNOWN if kind in _RIDDEN_FIFO else 0
 
 
+# How long a claimed standing lease waits for its commit (the default
+# command timeout, ReplicatedGroup.submit).
+CLAIMED_COMMIT_S = 10.0
+
+
 # Proposing one of these takes the standing leases along (see standing.py).
 # Ack only in FIFO queues (it may release its key's next record); elsewhere
 # an ack makes nothing visible and a lease beside it would find nothing.
@@ -211,7 +216,14 @@ class PartitionReplica(ReplicatedGroup):
             return []
         claimed = self.standing.claim(_wall_ms, max_requests, self._waking_left)
         self._waking_left -= sum(lease.max_records for lease, _, _ in claimed)
-        return [(lease, fut, at, "") for lease, fut, at in claimed]
+        # A request's deadline says until when it may be CLAIMED (a lingering
+        # one's is the 50 ms linger window); once proposed, its lease waits
+        # for the commit as any command does. Failing it at the claim
+        # deadline (OutcomeUnknown) left the lease to apply with no one to
+        # deliver or undo it: its records stayed in flight for the whole
+        # visibility timeout (W4's 30 s outliers under a slow disk).
+        commit_by = time.monotonic() + CLAIMED_COMMIT_S
+        return [(lease, fut, commit_by, "") for lease, fut, _ in claimed]
 
     def _stood(self) -> None:
         """A long poll stood (any thread). If an entry that may make records
