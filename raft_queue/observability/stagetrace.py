@@ -4,7 +4,9 @@ With ``RAFTQ_STAGE_TRACE=<dir>`` in a process's environment, ``mark(name)``
 appends ``(name, CLOCK_MONOTONIC ns)`` to a buffer that is written to
 ``<dir>/<pid>.trace`` every 512 marks and at exit; CLOCK_MONOTONIC is one
 clock for every process of the host, so the stages of one request can be
-lined up across client, leader and followers (``scripts/stage_report.py``).
+lined up across client, leader and followers (``python -m
+raft_queue.bench.stage_report <dir>``; docs/benchmarks.md, "Where W1's
+milliseconds go").
 Unset, ``mark`` is a constant no-op function: nothing is recorded.
 """
 
@@ -29,8 +31,9 @@ if _DIR:
     _ident = threading.get_ident
 
     def _flush() -> None:
-        with _lock:
-            rows, _buf[:] = list(_buf), []
+        with _lock:  # one writer at a time; marks keep appending meanwhile
+            rows = _buf.copy()
+            del _buf[: len(rows)]  # what was appended after the copy stays
         if rows:
             with open(os.path.join(_DIR, f"{os.getpid()}.trace"), "a") as f:
                 f.writelines(f"{t} {name} {tid}\n" for name, t, tid in rows)
