@@ -1,11 +1,6 @@
-"""Key -> partition: Kafka's default partitioner (murmur2), stable across processes.
-
-Every producer must put a key on the same partition, or per-key order (FIFO
-queues) breaks; so the hash must never depend on the process: Python's
-``hash()`` is salted per process and is never used. We use Kafka's murmur2
-(``Utils.murmur2`` and ``toPositive(h) % n``) so a key lands on the same
-partition number as with Kafka's default partitioner, which helps users who
-mirror topics. Keyless messages go round robin (see ``RoundRobin``).
+"""Key -> partition in the SDK: the placement rule of ``core/partitioner.py``
+(Kafka's murmur2, shared with the server), and round robin for keyless
+messages (see ``RoundRobin``).
 """
 
 from __future__ import annotations
@@ -13,43 +8,9 @@ from __future__ import annotations
 import itertools
 import threading
 
-_MASK = 0xFFFFFFFF
-_SEED = 0x9747B28C
-_M = 0x5BD1E995
-_R = 24
+from raft_queue.core.partitioner import murmur2, partition_for_key
 
-
-def murmur2(data: bytes) -> int:
-    """Kafka's 32-bit murmur2 of ``data`` as a signed int (same values as Java)."""
-    length = len(data)
-    h = (_SEED ^ length) & _MASK
-    whole = length - length % 4
-    for i in range(0, whole, 4):
-        k = int.from_bytes(data[i : i + 4], "little")
-        k = (k * _M) & _MASK
-        k ^= k >> _R
-        k = (k * _M) & _MASK
-        h = ((h * _M) & _MASK) ^ k
-    tail = data[whole:]
-    if len(tail) >= 3:
-        h ^= tail[2] << 16
-    if len(tail) >= 2:
-        h ^= tail[1] << 8
-    if tail:
-        h ^= tail[0]
-        h = (h * _M) & _MASK
-    h ^= h >> 13
-    h = (h * _M) & _MASK
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for_key(key: str | bytes, partitions: int) -> int:
-    """The partition of ``key`` among ``partitions`` (>= 1); the UTF-8 bytes are hashed."""
-    if partitions < 1:
-        raise ValueError(f"partitions must be >= 1, got {partitions}")
-    data = key.encode("utf-8") if isinstance(key, str) else key
-    return (murmur2(data) & 0x7FFFFFFF) % partitions
+__all__ = ["RoundRobin", "murmur2", "partition_for_key"]
 
 
 class RoundRobin:

@@ -25,8 +25,8 @@ from typing import Any
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
-from raft_queue.client.partitioner import partition_for_key
 from raft_queue.core import commands as cmd
+from raft_queue.core.partitioner import partition_for_key
 from raft_queue.core.segments import Summary
 from raft_queue.observability import metrics
 from raft_queue.observability.stagetrace import mark as _stage
