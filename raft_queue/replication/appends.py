@@ -15,6 +15,7 @@ from pysyncobj import SyncObj
 from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.syncobj import _RAFT_STATE
 
+from raft_queue.observability.stagetrace import mark as _stage
 from raft_queue.replication import heartbeats
 
 log = logging.getLogger(__name__)
@@ -22,6 +23,9 @@ log = logging.getLogger(__name__)
 
 class AppendEntriesFixes(SyncObj):
     """The AppendEntries half of SafeSyncObj: see the module doc."""
+
+    _defer_sends = False  # see TickFixes._append_commands
+    _sends_owed = False
 
     # ---- large entries (no "transmission") -----------------------------------------
     def _SyncObj__sendAppendEntries(self) -> None:  # noqa: N802
@@ -37,6 +41,9 @@ class AppendEntriesFixes(SyncObj):
         bounded by ``group.MAX_ENTRY_BYTES`` unless one command is larger;
         the frame cap is ``wire.max_frame_bytes()``; a chunked message has
         no wire encoding). Snapshot installs are unchanged."""
+        if self._defer_sends:  # appending a tick's commands: one round after (ticks.py)
+            self._sends_owed = True
+            return
         conf = self._SyncObj__conf
         start = monotonic_time()
         self._SyncObj__newAppendEntriesTime = start + conf.appendEntriesPeriod
@@ -68,6 +75,7 @@ class AppendEntriesFixes(SyncObj):
             batch = self._SyncObj__conf.appendEntriesBatchSizeBytes
             entries = self._SyncObj__getEntries(nxt, None, batch)
             self._SyncObj__raftNextIndex[node] = entries[-1][1] + 1
+            _stage("s.ae_tx")
         self._SyncObj__transport.send(
             node,
             {
@@ -112,10 +120,13 @@ class AppendEntriesFixes(SyncObj):
             and message["term"] >= self._SyncObj__raftCurrentTerm
         ):
             before = self._progress()
+            if message.get("entries"):
+                _stage("f.ae_rx")
             self._on_append_entries(node, message)
             self._wake(before)
             return
         if kind == "next_node_idx" and self._SyncObj__raftState == _RAFT_STATE.LEADER:
+            _stage("s.ack_rx")
             before = self._SyncObj__raftMatchIndex.get(node)
             SyncObj._SyncObj__onMessageReceived(self, node, message)
             if self._SyncObj__raftMatchIndex.get(node) != before or not message["success"]:
@@ -139,6 +150,11 @@ class AppendEntriesFixes(SyncObj):
         if self._progress() != before or (
             self._SyncObj__raftCommitIndex > self._SyncObj__raftLastApplied
         ):
+            if self._pending_acks:
+                # Begin the sync of the new entries right after this poll
+                # round (host._flush_only), not at the start of the tick:
+                # it is on the commit's critical path.
+                self._on_flush()
             self._on_activity()
         else:
             self._on_flush()

@@ -9,13 +9,16 @@ deadline passes (hazard 4: no wait without a bound).
 Subclasses provide the state machine: ``encode_batch``, ``apply_bytes``,
 ``split_results``, and the snapshot hooks; optionally ``predict``.
 
-Early acks (durability "leader"): ``submit(cmd, early=True)`` resolves to
-``(result, True)`` as soon as the leader proposes the entry, if the subclass
-can ``predict`` the result (the group must have nothing in flight, so the
-prediction runs on exactly the state the entry will be applied to);
-otherwise to ``(result, False)`` once committed and applied. An early-acked
-entry can still be lost if the leader fails before replicating it: that is
-what "leader" durability means (as Kafka's acks=1).
+Durability levels: ``submit(cmd, level=mode)`` resolves to ``(result,
+level reached)`` instead of the bare result. With ``level="leader"`` it
+resolves to ``(result, "leader")`` as soon as the leader proposes the entry,
+if the subclass can ``predict`` the result (the group must have nothing in
+flight, so the prediction runs on exactly the state the entry will be
+applied to); otherwise to ``(result, "quorum")`` once committed and applied.
+An early-acked entry can still be lost if the leader fails before
+replicating it: that is what "leader" durability means (as Kafka's acks=1).
+The level is put on the result by the driver thread, in the one future the
+caller waits on (no second future to translate it).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from pysyncobj.syncobj import _RAFT_STATE, FAIL_REASON
 
 from raft_queue import errors
 from raft_queue.observability import metrics
+from raft_queue.observability.stagetrace import mark as _stage
 from raft_queue.replication import snapshot
 from raft_queue.replication.diskfiles import drop_page_cache
 from raft_queue.replication.host import RaftHost
@@ -52,8 +56,8 @@ MAX_PENDING = 100_000
 
 
 # A submitted command waiting to be proposed: (command, its future, deadline
-# on the monotonic clock, early ack wanted).
-Pending = tuple[Any, Future[Any], float, bool]
+# on the monotonic clock, durability level to report: "" for the bare result).
+Pending = tuple[Any, Future[Any], float, str]
 
 
 class ReplicaFailed(Exception):
@@ -232,10 +236,10 @@ class ReplicatedGroup(SafeSyncObj):
         return guarded
 
     # ---- submission ------------------------------------------------------------------
-    def submit(self, command: Any, timeout_s: float = 10.0, early: bool = False) -> Future[Any]:
+    def submit(self, command: Any, timeout_s: float = 10.0, level: str = "") -> Future[Any]:
         """Queue ``command`` for this group (any thread). The future resolves to
-        the state machine's result (``(result, acked_early)`` with ``early``,
-        see the module doc) or raises a QueueError."""
+        the state machine's result (``(result, level reached)`` with a
+        ``level``, see the module doc) or raises a QueueError."""
         fut: Future[Any] = Future()
         if self._closed:
             reason = f"failed: {self.failed}" if self.failed else "stopped"
@@ -244,7 +248,7 @@ class ReplicatedGroup(SafeSyncObj):
         with self._lock:
             full = len(self._pending) >= self.max_pending
             if not full:
-                self._pending.append((command, fut, time.monotonic() + timeout_s, early))
+                self._pending.append((command, fut, time.monotonic() + timeout_s, level))
         if full:  # backpressure: the caller retries later, nothing was queued
             metrics.count_rejection("limits")
             fut.set_exception(
@@ -266,6 +270,7 @@ class ReplicatedGroup(SafeSyncObj):
             return
         with self._lock:
             pending, self._pending = self._pending, []
+        _stage("s.driver")
         if not self._isLeader():
             err = errors.NotLeader(f"{self.key}: not the leader", self.leader_address())
             for _, fut, _, _ in pending:
@@ -284,10 +289,10 @@ class ReplicatedGroup(SafeSyncObj):
             self._propose(chunk[half:])
             return
         futures = [f for _, f, _, _ in chunk]
-        early = [e for _, _, _, e in chunk]
+        levels = [lv for _, _, _, lv in chunk]
         deadline = max(d for _, _, d, _ in chunk)
-        if any(early) and self._idle():
-            self._ack_early(payload, futures, early)
+        if "leader" in levels and self._idle():
+            self._ack_early(payload, futures, levels)
         self._seq += 1
         seq = self._seq
         self._inflight[seq] = (futures, deadline)
@@ -300,10 +305,11 @@ class ReplicatedGroup(SafeSyncObj):
                 for fut in futures:
                     _fail(fut, exc)
                 return
+            _stage("s.applied")
             self.probe.committed(time.monotonic() - proposed)
             results = self.split_results(result, len(futures))
-            for fut, res, is_early in zip(futures, results, early, strict=True):
-                _resolve(fut, _as_early(res, False) if is_early else res)
+            for fut, res, level in zip(futures, results, levels, strict=True):
+                _resolve(fut, _with_level(res, _COMMITTED.get(level, level)) if level else res)
 
         self.propose(payload, callback=done)
 
@@ -312,14 +318,14 @@ class ReplicatedGroup(SafeSyncObj):
         last = self._SyncObj__raftLog[-1][1] if len(self._SyncObj__raftLog) else 0
         return not self._inflight and self.raftLastApplied >= last and self._isLeader()
 
-    def _ack_early(self, payload: bytes, futures: list[Future[Any]], early: list[bool]) -> None:
+    def _ack_early(self, payload: bytes, futures: list[Future[Any]], levels: list[str]) -> None:
         predicted = self.predict(payload)
         if predicted is None:
             return
         results = self.split_results(predicted, len(futures))
-        for fut, res, is_early in zip(futures, results, early, strict=True):
-            if is_early and not isinstance(res, BaseException):
-                _resolve(fut, (res, True))
+        for fut, res, level in zip(futures, results, levels, strict=True):
+            if level == "leader" and not isinstance(res, BaseException):
+                _resolve(fut, (res, "leader"))
 
     def _next_deadline(self, now: float) -> float:
         """SafeSyncObj's deadline, or earlier when a waiter's deadline passes."""
@@ -428,8 +434,13 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
-def _as_early(result: Any, acked_early: bool) -> Any:
-    return result if isinstance(result, BaseException) else (result, acked_early)
+# The level a committed entry reached, by the level asked for: "leader"
+# asked for an early ack; committed instead, it reached a quorum.
+_COMMITTED = {"leader": "quorum"}
+
+
+def _with_level(result: Any, level: str) -> Any:
+    return result if isinstance(result, BaseException) else (result, level)
 
 
 def _resolve(fut: Future[Any], result: Any) -> None:

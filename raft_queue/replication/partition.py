@@ -82,6 +82,11 @@ def _may_show(command: Any) -> int:
     return _SHOW_UNKNOWN if kind in _RIDDEN_FIFO else 0
 
 
+# How long a claimed standing lease waits for its commit (the default
+# command timeout, ReplicatedGroup.submit).
+CLAIMED_COMMIT_S = 10.0
+
+
 # Proposing one of these takes the standing leases along (see standing.py).
 # Ack only in FIFO queues (it may release its key's next record); elsewhere
 # an ack makes nothing visible and a lease beside it would find nothing.
@@ -188,11 +193,11 @@ class PartitionReplica(ReplicatedGroup):
             return commands.encode(cmds[0])
         return commands.encode(commands.Batch(tuple(cmds)))
 
-    def submit(self, command: Any, timeout_s: float = 10.0, early: bool = False) -> Future[Any]:
+    def submit(self, command: Any, timeout_s: float = 10.0, level: str = "") -> Future[Any]:
         if type(command) is commands.Configure:  # every leader is configured first
             fifo = command.config.ordering == "fifo"
             self._ridden = _RIDDEN_FIFO if fifo else _RIDDEN
-        return super().submit(command, timeout_s, early)
+        return super().submit(command, timeout_s, level)
 
     def riders(self, pending: list[Pending]) -> list[Pending]:
         """The standing leases, if ``pending`` may make records visible: as
@@ -211,7 +216,14 @@ class PartitionReplica(ReplicatedGroup):
             return []
         claimed = self.standing.claim(_wall_ms, max_requests, self._waking_left)
         self._waking_left -= sum(lease.max_records for lease, _, _ in claimed)
-        return [(lease, fut, at, False) for lease, fut, at in claimed]
+        # A request's deadline says until when it may be CLAIMED (a lingering
+        # one's is the 50 ms linger window); once proposed, its lease waits
+        # for the commit as any command does. Failing it at the claim
+        # deadline (OutcomeUnknown) left the lease to apply with no one to
+        # deliver or undo it: its records stayed in flight for the whole
+        # visibility timeout (W4's 30 s outliers under a slow disk).
+        commit_by = time.monotonic() + CLAIMED_COMMIT_S
+        return [(lease, fut, commit_by, "") for lease, fut, _ in claimed]
 
     def _stood(self) -> None:
         """A long poll stood (any thread). If an entry that may make records
@@ -296,21 +308,7 @@ class PartitionReplica(ReplicatedGroup):
         """Submit an Append; the future holds ``(result, level reached)``:
         ``leader`` if acked before replication, else the replica's mode
         (``quorum`` for a leader-mode replica that could not ack early)."""
-        mode = self.durability
-        out: Future[Any] = Future()
-        inner = self.submit(command, timeout_s, early=mode == "leader")
-
-        def done(f: Future[Any]) -> None:
-            if f.exception() is not None:
-                out.set_exception(f.exception())
-            elif mode == "leader":
-                result, early = f.result()
-                out.set_result((result, "leader" if early else "quorum"))
-            else:
-                out.set_result((f.result(), mode))
-
-        inner.add_done_callback(done)
-        return out
+        return self.submit(command, timeout_s, level=self.durability)
 
     # ---- reads (any thread) ------------------------------------------------------------
     @contextmanager

@@ -67,6 +67,7 @@ from pysyncobj.syncobj import _RAFT_STATE, FAIL_REASON
 
 from raft_queue import errors
 from raft_queue.observability.metrics import NULL_PROBE
+from raft_queue.observability.stagetrace import mark as _stage
 from raft_queue.replication import entries
 from raft_queue.replication.appends import AppendEntriesFixes
 from raft_queue.replication.journal import SyncedJournal, SyncJob, fsync_dir
@@ -375,6 +376,7 @@ class SafeSyncObj(AppendEntriesFixes, TickFixes):
         elif journal.inflight is None and journal.dirty:
             job = journal.begin_sync()
             if job is not None:
+                _stage("x.sync_begin")
                 self.syncer.submit(job, self.on_sync_done)
         if self._pending_acks:
             self._send_synced_acks()
@@ -386,6 +388,7 @@ class SafeSyncObj(AppendEntriesFixes, TickFixes):
         if self._closed:
             return
         journal = self._SyncObj__raftLog
+        _stage("x.sync_done")
         self.probe.synced(job.seconds)
         journal.end_sync(job)
         self.flush_durable()
@@ -407,6 +410,7 @@ class SafeSyncObj(AppendEntriesFixes, TickFixes):
             if ack_term != term:
                 continue
             if next_idx - 1 <= durable:
+                _stage("f.ack_tx")
                 self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=next_idx, success=True)
             else:
                 keep.append(ack)

@@ -23,6 +23,7 @@ import queue
 import threading
 from collections.abc import Callable
 
+from raft_queue.observability.stagetrace import mark as _stage
 from raft_queue.replication.journal import SyncJob
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,9 @@ class SyncThreads:
             if item is None:
                 return
             job, done = item
+            _stage("io.start")
             job.run()  # never raises: an error is kept in job.error
+            _stage("io.end")
             try:
                 self._post(_call(done, job))
             except Exception:  # the host stopped meanwhile

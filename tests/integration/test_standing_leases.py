@@ -7,6 +7,7 @@ Three real replicas in this process (journals, LMDB, loopback TCP).
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -75,3 +76,34 @@ def test_withdraw_after_a_claim_says_a_lease_was_taken() -> None:
     assert expired.future.cancelled(), "an expired request is dropped, not leased"
     assert not box.withdraw(taken), "claimed: the caller must take or give back its result"
     assert not box and box.claim(lambda: 0) == []
+
+
+def test_a_claimed_lease_outlives_its_claim_deadline(group: list[PartitionReplica]) -> None:
+    """A request's deadline bounds when it may be claimed (a lingering
+    request's is the 50 ms linger window); once its Lease is proposed it waits
+    for the commit like any command. Failed at the claim deadline, the Lease
+    still applied and its records stayed leased to no one for the whole
+    visibility timeout. Here every journal sync takes 0.4 s and the request
+    stands while the Append is in flight, so its Lease is proposed at once in
+    an entry of its own, whose commit comes after the request's 0.15 s: the
+    lease must still come back with the message."""
+    leader = leader_of(group)
+    leader.submit(append(b"warm-up")).result(10)
+    leader.submit(cmd.Lease("c0", 10, 30_000, now_ms())).result(10)  # nothing visible after
+
+    def slow_sync(fd: int) -> None:
+        time.sleep(0.4)
+        os.fdatasync(fd)
+
+    for replica in group:
+        replica._SyncObj__raftLog.fdatasync = slow_sync
+    try:
+        sent = leader.submit(append(b"late"))
+        time.sleep(0.1)  # proposed, its sync running
+        standing = leader.standing.stand("c1", 10, 30_000, 0.15, lingering=True)
+        sent.result(10)
+        result = standing.future.result(10)
+    finally:
+        for replica in group:
+            replica._SyncObj__raftLog.fdatasync = None
+    assert [m.record.body for m in result.messages] == [b"late"]

@@ -146,7 +146,7 @@ def test_send_response_as_runs_merges_consecutive_offsets_only() -> None:
     from raft_queue.server.dataplane.sending import response
 
     fsync = queue_pb2.DURABILITY_FSYNC
-    forwarded = queue_pb2.SendResult(partition=1, offset=9, duplicate=False, durability=fsync)
+    forwarded = (1, 9, False, fsync)  # a forwarded partition's result: the same type
     results = [(0, 5, False, fsync), (0, 6, False, fsync), forwarded, (0, 7, False, fsync)]
     results += [(0, 7, True, fsync), (0, 8, True, fsync), (0, 8, True, fsync)]
     runs = [(r.partition, r.offset, r.count, r.duplicate) for r in response(results, True).runs]
@@ -156,3 +156,15 @@ def test_send_response_as_runs_merges_consecutive_offsets_only() -> None:
     full = response(results)
     assert [(r.partition, r.offset) for r in full.results][:3] == [(0, 5), (0, 6), (1, 9)]
     assert not full.runs
+
+
+def test_a_forwarded_answer_reads_back_as_the_results_it_carried() -> None:
+    """What a leader answers a forwarding node (runs, or one result per
+    entry) comes back as the same (partition, offset, duplicate, durability)
+    results, in order."""
+    from raft_queue.server.dataplane.sending import _from_response, response
+
+    fsync = queue_pb2.DURABILITY_FSYNC
+    results = [(2, 5, False, fsync), (2, 6, False, fsync), (2, 9, True, fsync)]
+    assert _from_response(response(results, True)) == results
+    assert _from_response(response(results)) == results

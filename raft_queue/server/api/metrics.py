@@ -27,6 +27,7 @@ import grpc
 
 from raft_queue.observability import logs
 from raft_queue.observability.metrics import RPC_DURATION, RPC_IN_FLIGHT, RPC_REQUESTS
+from raft_queue.observability.stagetrace import mark as _stage
 
 REQUEST_ID_KEY = "x-request-id"  # taken from the caller's metadata when present
 
@@ -106,6 +107,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         continuation: Callable[[Any], Awaitable[Any]],
         handler_call_details: Any,
     ) -> Any:
+        _stage("s.intercept")
         handler = await continuation(handler_call_details)
         if handler is None:
             return None

@@ -20,6 +20,7 @@ from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2, queue_pb2_grpc
 from raft_queue.core import commands as cmd
 from raft_queue.observability import metrics
+from raft_queue.observability.stagetrace import mark as _stage
 from raft_queue.server.api import convert, receipt_results
 from raft_queue.server.api.auth import CALLER_PRINCIPAL
 from raft_queue.server.api.status import abort_with
@@ -100,11 +101,14 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
     # ---- send / receive ----------------------------------------------------------------------
     @handled
     async def Send(self, request: Any, context: Any) -> Any:  # noqa: N802
+        _stage("s.handler")
         q = await self.autocreate.queue_for_send(request, is_forwarded(context))
         results = await self.sender.send(
             q, request.entries, is_forwarded(context), request.request_id
         )
-        return sending.response(results, request.results_as_runs)
+        out = sending.response(results, request.results_as_runs)
+        _stage("s.reply")
+        return out
 
     @handled
     async def Receive(self, request: Any, context: Any) -> Any:  # noqa: N802

@@ -35,6 +35,7 @@ from raft_queue.core import commands as cmd
 from raft_queue.core.placement_keys import Layout, partition_for_key
 from raft_queue.core.segments import Summary
 from raft_queue.observability import metrics
+from raft_queue.observability.stagetrace import mark as _stage
 from raft_queue.server.api import convert
 from raft_queue.server.cluster import Cluster
 
@@ -80,12 +81,12 @@ class Sender:
 
     async def send(
         self, q: QueueRecord, entries: Sequence[Any], forwarded: bool, request_id: bytes = b""
-    ) -> list[Any]:
-        """One result per entry, in order: a SendResult message (forwarded
-        entries) or a ``(partition, offset, duplicate, durability)`` tuple
-        (appended here: no message built per entry; ``response`` turns the
-        list into a SendResponse). Every entry is validated before anything is
-        appended (bad input writes nothing)."""
+    ) -> list[Result]:
+        """One ``Result`` per entry, in order (``response`` turns them into a
+        SendResponse). Every entry is validated before anything is appended
+        (bad input writes nothing). Each partition led here is packed into
+        record blobs once; the entries of a partition led elsewhere are only
+        checked here and travel as they came, packed by their leader."""
         convert.check_request_id(request_id)
         if not entries:
             raise errors.InvalidArgument("entries", "at least one message is required")
@@ -95,26 +96,36 @@ class Sender:
                 "entries", f"{len(entries)} messages; at most {self.limits.max_batch_messages}"
             )
         by_part = self._place_all(entries, q.layout if q.ranges else q.spec.partitions)
+        leaders = {p: self.c.local_leader(q.name, p, forwarded) for p in by_part}
+        blobs: dict[int, Packed] = {}  # packed for the partitions led here only
         try:
-            blobs = {
-                p: convert.record_blobs(entries, idx, q.spec, self.limits)
-                for p, idx in by_part.items()
-            }
+            for p, idx in by_part.items():
+                if leaders[p] is not None:
+                    blobs[p] = convert.record_blobs(entries, idx, q.spec, self.limits)
+                else:
+                    _check(entries, idx, q.spec, self.limits)
         except errors.InvalidArgument:
             for i, entry in enumerate(entries):  # report the first bad entry, as in index order
                 convert.new_record(i, entry, q.spec, self.limits)
             raise
-        results: list[Any] = [None] * len(entries)
+        results: list[Result] = [_NONE] * len(entries)
 
         def one(part: int) -> Any:
-            return self._send_partition(
-                q, part, by_part[part], blobs[part], entries, results, forwarded, request_id
-            )
+            idx = by_part[part]
+            if (replica := leaders[part]) is not None:
+                return self._append(q, part, replica, idx, blobs[part], results, request_id)
+            return self._forward(q, part, idx, entries, results, request_id)
 
         sealed = [p for p in by_part if q.sealed(p)] if q.ranges else []
         if sealed:  # a stale sender; or the retry of a send its parent stored
             await self._sealed_first(q, sealed, request_id, one)
-        await asyncio.gather(*(one(part) for part in by_part if part not in sealed))
+        sends = [one(part) for part in by_part if part not in sealed]
+        if not sends:
+            return results
+        if len(sends) == 1:  # the common case: no gather (a task per partition)
+            await sends[0]
+        else:
+            await asyncio.gather(*sends)
         return results
 
     async def _sealed_first(self, q: Any, sealed: list[int], request_id: bytes, one: Any) -> None:
@@ -141,63 +152,110 @@ class Sender:
             by_part[self.place(i, entry, partitions)].append(i)
         return by_part
 
-    async def _send_partition(
+    async def _append(
         self,
-        q: QueueRecord,
+        q: Any,
         part: int,
+        replica: Any,
         indexes: list[int],
-        blobs: tuple[tuple[bytes, ...], Summary],
-        entries: Sequence[Any],
-        results: list[Any],
-        forwarded: bool,
+        blobs: Packed,
+        results: list[Result],
         request_id: bytes,
     ) -> None:
-        replica = self.c.local_leader(q.name, part, forwarded)
-        if replica is not None:
-            node = self.c.node
-            node.disk.check_send(q.name, part, node.partition_replicas(q.name, part))
-            sealed, summary = self.c.crypto.seal(q, part, *blobs)  # before the Raft log
-            command = cmd.AppendBlobs(sealed, now_ms(), request_id, summary)
-            res, reached = await self.c.submit_append(replica, command)
-            metrics.count_sent(q.name, part, len(indexes))
-            durability = convert.DURABILITY[reached]
-            if res.listed is None:  # the usual result: consecutive offsets, one flag
-                offsets = range(res.first, res.first + res.count)
-                dup = res.duplicate
-                for i, offset in zip(indexes, offsets, strict=True):
-                    results[i] = (part, offset, dup, durability)
-            else:
-                for i, item in zip(indexes, res.listed, strict=True):
-                    results[i] = (part, item.offset, item.duplicate, durability)
-            return
-        sub = queue_pb2.SendRequest(queue=q.name, request_id=request_id)
-        for i in indexes:
-            entry = sub.entries.add()
-            entry.CopyFrom(entries[i])
-            entry.partition = part
+        """Append ``blobs`` (packed: ``part`` is led here) on ``replica``."""
+        node = self.c.node
+        node.disk.check_send(q.name, part, node.partition_replicas(q.name, part))
+        sealed, summary = self.c.crypto.seal(q, part, *blobs)  # before the Raft log
+        command = cmd.AppendBlobs(sealed, now_ms(), request_id, summary)
+        _stage("s.submit")
+        res, reached = await self.c.submit_append(replica, command)
+        _stage("s.resumed")
+        metrics.count_sent(q.name, part, len(indexes))
+        durability = convert.DURABILITY[reached]
+        if res.listed is None:  # the usual result: consecutive offsets, one flag
+            dup = res.duplicate
+            for i, offset in zip(indexes, range(res.first, res.first + res.count), strict=True):
+                results[i] = (part, offset, dup, durability)
+        else:
+            for i, item in zip(indexes, res.listed, strict=True):
+                results[i] = (part, item.offset, item.duplicate, durability)
+
+    async def _forward(
+        self,
+        q: Any,
+        part: int,
+        indexes: list[int],
+        entries: Sequence[Any],
+        results: list[Result],
+        request_id: bytes,
+    ) -> None:
+        """Send ``part``'s entries to its leader (one hop), as they came: a
+        queue of one partition forwards them in one copy without touching
+        each; otherwise each carries its partition (round robin is not
+        repeatable on the leader). The answer comes back as runs."""
+        sub = queue_pb2.SendRequest(queue=q.name, request_id=request_id, results_as_runs=True)
+        if q.spec.partitions == 1:
+            sub.entries.extend(entries)
+        else:
+            for i in indexes:
+                entry = sub.entries.add()
+                entry.CopyFrom(entries[i])
+                entry.partition = part
         resp = await self.c.forward_to_leader(q.name, part, "Send", sub)
-        for i, res in zip(indexes, resp.results, strict=True):
-            results[i] = res
+        got = _from_response(resp)
+        if len(got) != len(indexes):
+            raise errors.Internal(f"{q.name}[{part}]: {len(got)} results for {len(indexes)}")
+        for i, result in zip(indexes, got, strict=True):
+            results[i] = result
 
 
-def response(results: list[Any], as_runs: bool = False) -> Any:
-    """The SendResponse for ``Sender.send``'s results (each added in place):
-    one SendResult per entry, or (``as_runs``, as the SDK asks) SendRuns of
-    consecutive entries stored at consecutive offsets."""
+# One entry's result: (partition, offset, duplicate, durability enum).
+Result = tuple[int, int, bool, int]
+_NONE: Result = (-1, -1, False, 0)
+# A partition's record blobs and their summary (convert.record_blobs).
+Packed = tuple[tuple[bytes, ...], Summary]
+
+
+def _check(entries: Sequence[Any], indexes: Sequence[int], spec: Any, limits: Any) -> None:
+    """Validate entries that are forwarded, as ``record_blobs`` would, without
+    packing them (their leader packs them)."""
+    max_body = spec.max_message_bytes
+    keyless_ok = spec.ordering != "fifo"
+    for i in indexes:
+        entry = entries[i]
+        if (
+            keyless_ok
+            and len(entry.body) <= max_body
+            and not (entry.key or entry.dedup_id or entry.delay_ms or entry.headers)
+        ):
+            continue
+        convert.new_record(i, entry, spec, limits)
+
+
+def _from_response(resp: Any) -> list[Result]:
+    """A SendResponse (results or runs) as Results."""
+    if not resp.runs:
+        return [(r.partition, r.offset, r.duplicate, r.durability) for r in resp.results]
+    return [
+        (run.partition, run.offset + k, run.duplicate, run.durability)
+        for run in resp.runs
+        for k in range(run.count)
+    ]
+
+
+def response(results: list[Result], as_runs: bool = False) -> Any:
+    """The SendResponse for ``Sender.send``'s results: one SendResult per
+    entry, or (``as_runs``, as the SDK asks) SendRuns of consecutive entries
+    stored at consecutive offsets."""
     out = queue_pb2.SendResponse()
     if not as_runs:
-        add, append = out.results.add, out.results.append
-        for r in results:
-            if type(r) is tuple:
-                add(partition=r[0], offset=r[1], duplicate=r[2], durability=r[3])
-            else:
-                append(r)
+        add = out.results.add
+        for part, offset, dup, durability in results:
+            add(partition=part, offset=offset, duplicate=dup, durability=durability)
         return out
     run: list[Any] = []  # partition, offset, count, duplicate, durability
     add_run = out.runs.add
     for r in results:
-        if type(r) is not tuple:  # a forwarded entry's SendResult
-            r = (r.partition, r.offset, r.duplicate, r.durability)
         if run and r[0] == run[0] and r[1] == run[1] + run[2] and r[2:] == (run[3], run[4]):
             run[2] += 1
             continue
