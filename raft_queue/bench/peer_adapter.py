@@ -20,7 +20,11 @@ stream/queue); ``durability`` (fsync); ``threads`` concurrent Send RPCs per
 publish_batch (4); ``pids`` comma-separated node pids for the server CPU
 column, else every ``raft_queue.server.main`` process whose command line
 contains ``cluster_dir`` (default: all of them); ``token`` (default
-$RAFTQ_TOKEN, else ``cluster_dir``/admin.token, which ``raftq dev up`` writes).
+$RAFTQ_TOKEN, else ``cluster_dir``/admin.token, which ``raftq dev up`` writes);
+``ack``: ``background`` (default: ``client.ack(wait=False)``, the contract
+of the NATS and RabbitMQ adapters' ``msg.ack()`` / ``basic_ack``: the acks
+ride the next receive, or leave within 10 ms, or at close) or ``sync``
+(each consume waits for its ack's Raft commit, as before).
 """
 
 from __future__ import annotations
@@ -57,6 +61,9 @@ class RaftQueueAdapter:
         self.pids = [int(x) for x in str(opts.get("pids", "")).split(",") if x.strip()]
         self.cluster_dir = str(opts.get("cluster_dir", ""))
         self.opts_token = str(opts.get("token", ""))
+        self.ack_mode = str(opts.get("ack", "background"))
+        if self.ack_mode not in ("background", "sync"):
+            raise ValueError(f"ack must be background or sync, got {self.ack_mode!r}")
         self.client: Client | None = None
         self._pool: ThreadPoolExecutor | None = None
 
@@ -106,12 +113,13 @@ class RaftQueueAdapter:
             future.result()  # raises the chunk's QueueError
 
     def consume(self, n: int, timeout: float = 1.0) -> list[bytes]:
-        """Lease up to ``n`` (at most the server's 1000), ack them, return the bodies."""
+        """Lease up to ``n`` (at most the server's 1000), ack them, return the
+        bodies. Background acks (the default) ride the next consume's receive."""
         client = self._c()
         wait_ms = max(0, int(timeout * 1000))
         batch = client.receive(self.dest, max_messages=min(n, MAX_BATCH), wait_ms=wait_ms)
         if batch:
-            client.ack(self.dest, batch)
+            client.ack(self.dest, batch, wait=self.ack_mode == "sync")
         return [m.body for m in batch]
 
     def close(self) -> None:
@@ -132,6 +140,7 @@ class RaftQueueAdapter:
             "replicas": 3,
             "durability": self.durability,
             "publish_threads": self.threads,
+            "ack_mode": self.ack_mode,
             "client": "raft_queue SDK (grpcio " + version("grpcio") + ")",
         }
 

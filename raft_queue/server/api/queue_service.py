@@ -106,10 +106,10 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
     @handled
     async def Receive(self, request: Any, context: Any) -> Any:  # noqa: N802
         forwarded = is_forwarded(context)
-        messages = await self.receiver.receive(request, forwarded)
+        messages, acks = await self.receiver.receive_acking(request, forwarded)
         if not forwarded:  # counted once, by the node that answers the client
             metrics.count_received(request.queue, messages)
-        return queue_pb2.ReceiveResponse(messages=messages)
+        return queue_pb2.ReceiveResponse(messages=messages, acks=acks)
 
     async def _settle(self, request: Any, context: Any, make: Any, method: str) -> Any:
         results = await self.receiver.settle(request, is_forwarded(context), make, method)
