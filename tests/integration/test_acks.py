@@ -13,7 +13,8 @@ import grpc
 import pytest
 
 from raft_queue._proto.raft_queue.v1 import queue_pb2, queue_pb2_grpc
-from raft_queue.client import Client
+from raft_queue.bench.peer_adapter import RaftQueueAdapter
+from raft_queue.client import Client, Consumer, Message
 from raft_queue.errors import InvalidArgument
 from raft_queue.testing.cluster import LocalCluster
 from tests.integration.test_delivery import module_cluster
@@ -139,7 +140,8 @@ def test_background_acks_leave_on_the_timer_and_on_close(cluster: LocalCluster) 
 
 KILLED_CONSUMER = """
 import os, sys
-from raft_queue.client import Client
+from raft_queue.bench.peer_adapter import RaftQueueAdapter
+from raft_queue.client import Client, Consumer, Message
 c = Client(sys.argv[1], token=sys.argv[2], ack_flush_ms=60_000)
 got = c.receive("killed", max_messages=5, visibility_ms=1500, wait_ms=5000)
 c.ack("killed", got, wait=False)
@@ -195,3 +197,46 @@ def test_a_carried_ack_and_its_lease_share_one_raft_entry(cluster: LocalCluster)
             assert all(r.ok for r in batch.acks) and len(batch) == 10
         entries = _commit_index(c, "entries") - before
         assert entries <= 12  # 10 (Ack + Lease each), and room for a housekeeping entry
+
+
+def test_a_consumer_with_background_acks_handles_and_acks_every_message(
+    cluster: LocalCluster,
+) -> None:
+    with Client(cluster.bootstrap, token=cluster.token, ack_flush_ms=60_000) as c:
+        _queue(c, "consumer", 7)
+        consumer = Consumer(c, "consumer", batch=3, wait_ms=500, background_acks=True)
+        seen: list[int] = []
+
+        def handle(m: Message) -> None:
+            seen.append(m.offset)
+            if len(seen) == 7:
+                consumer.stop()
+
+        consumer.run(handle)
+        assert sorted(seen) == list(range(7))
+        assert c.background_acks.sent >= 3  # the first batch rode the second receive
+    with cluster.client(timeout_s=20.0) as other:
+        assert _depth(other, "consumer") == (0, 0)  # the rest left at close
+
+
+def test_the_peer_adapter_acks_what_it_returned_and_gives_back_what_it_received_ahead(
+    cluster: LocalCluster,
+) -> None:
+    adapter = RaftQueueAdapter("pb_acks", target=cluster.bootstrap, token=cluster.token)
+    adapter.connect()
+    adapter.reset()
+    adapter.publish_batch([b"p%02d" % i for i in range(10)])
+    first = adapter.consume(4, timeout=2.0)
+    second = adapter.consume(4, timeout=2.0)  # acks the first four (sent ahead)
+    assert len(first) == 4 and len(second) == 4
+    adapter.close()  # acks the second four; the two received ahead go back
+    with cluster.client(timeout_s=20.0) as c:
+        # (the release may feed the consumer's lingering lease, undone after
+        # limits.receive_linger_ms: lingering.py)
+        deadline = time.monotonic() + 10
+        while _depth(c, "pb_acks") != (2, 0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _depth(c, "pb_acks") == (2, 0)
+        rest = c.receive("pb_acks", max_messages=10, wait_ms=2000)
+        assert sorted(m.body for m in rest) == [b"p08", b"p09"]
+        assert all(m.receive_count == 1 for m in rest)  # released: count restored
