@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 
 from raft_queue.errors import QueueError
@@ -52,6 +51,7 @@ class BackgroundAcks:
         self._waiting: dict[str, list[str]] = {}
         self._wake = threading.Event()
         self._closed = False
+        self._closing = threading.Event()  # ends the timer's wait at close
         self._thread: threading.Thread | None = None
         self.sent = 0  # receipts acked by a flush or a receive that carried them
         self.refused = 0  # answered not ok (stale, already settled)
@@ -114,6 +114,7 @@ class BackgroundAcks:
         with self._lock:
             self._closed = True
             thread = self._thread
+        self._closing.set()
         self._wake.set()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5.0)
@@ -146,7 +147,7 @@ class BackgroundAcks:
                 self._wake.clear()
             # The first receipt is at most flush_ms old when it leaves: a
             # receive in the meantime takes it along instead.
-            time.sleep(self._delay_s)
+            self._closing.wait(self._delay_s)
             try:
                 self.flush()
             except Exception:  # never let the timer thread die
