@@ -17,6 +17,7 @@ from raft_queue.client.models import (
     QueueInfo,
     ReadResult,
     ReceiptResult,
+    Received,
     ReplicaStatus,
     SendResult,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "QueueInfo",
     "ReadResult",
     "ReceiptResult",
+    "Received",
     "ReplicaStatus",
     "SendResult",
     "partition_for_key",
