@@ -20,18 +20,31 @@ stream/queue); ``durability`` (fsync); ``threads`` concurrent Send RPCs per
 publish_batch (4); ``pids`` comma-separated node pids for the server CPU
 column, else every ``raft_queue.server.main`` process whose command line
 contains ``cluster_dir`` (default: all of them); ``token`` (default
-$RAFTQ_TOKEN, else ``cluster_dir``/admin.token, which ``raftq dev up`` writes).
+$RAFTQ_TOKEN, else ``cluster_dir``/admin.token, which ``raftq dev up`` writes);
+``ack``: ``background`` (default: ``client.ack(wait=False)``, the contract
+of the NATS and RabbitMQ adapters' ``msg.ack()`` / ``basic_ack``: the acks
+ride the next receive, or leave within 10 ms, or at close) or ``sync``
+(each consume waits for its ack's Raft commit, as before); ``prefetch``
+(1, default: on; 0: off): receive ahead, as the NATS adapter's push
+consumer and RabbitMQ's prefetch do within the harness's consumer window:
+each consume returns the batch already received and sends the next
+Receive, which carries this batch's acks (``ReceiveRequest.ack``: one
+Raft entry with the new lease), before returning, so the harness handles
+one batch while the next is leased. At close, the batch received ahead
+and never returned is given back (``nack(release=True)``: visible again,
+receive count restored).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from raft_queue.client import MAX_BATCH, Client
-from raft_queue.errors import NotFound
+from raft_queue.client.models import Received
+from raft_queue.errors import NotFound, QueueError
 
 SERVER_MODULE = b"raft_queue.server.main"
 
@@ -57,6 +70,12 @@ class RaftQueueAdapter:
         self.pids = [int(x) for x in str(opts.get("pids", "")).split(",") if x.strip()]
         self.cluster_dir = str(opts.get("cluster_dir", ""))
         self.opts_token = str(opts.get("token", ""))
+        self.prefetch = str(opts.get("prefetch", "1")) not in ("0", "false", "no")
+        self._ahead: Future[Received] | None = None  # the Receive sent ahead (prefetch)
+        self._receiver: ThreadPoolExecutor | None = None
+        self.ack_mode = str(opts.get("ack", "background"))
+        if self.ack_mode not in ("background", "sync"):
+            raise ValueError(f"ack must be background or sync, got {self.ack_mode!r}")
         self.client: Client | None = None
         self._pool: ThreadPoolExecutor | None = None
 
@@ -64,6 +83,7 @@ class RaftQueueAdapter:
         # token option, else $RAFTQ_TOKEN, else the admin token of cluster_dir (dev up's)
         self.client = Client(self.target, timeout_s=60, token=self._token())
         self._pool = ThreadPoolExecutor(self.threads)
+        self._receiver = ThreadPoolExecutor(1) if self.prefetch else None
 
     def _token(self) -> str | None:
         if self.opts_token or os.environ.get("RAFTQ_TOKEN"):
@@ -106,15 +126,52 @@ class RaftQueueAdapter:
             future.result()  # raises the chunk's QueueError
 
     def consume(self, n: int, timeout: float = 1.0) -> list[bytes]:
-        """Lease up to ``n`` (at most the server's 1000), ack them, return the bodies."""
+        """Lease up to ``n`` (at most the server's 1000), ack them, return the
+        bodies. Background acks (the default) ride the next consume's receive."""
         client = self._c()
         wait_ms = max(0, int(timeout * 1000))
-        batch = client.receive(self.dest, max_messages=min(n, MAX_BATCH), wait_ms=wait_ms)
+        max_n = min(n, MAX_BATCH)
+        if self._receiver is not None:
+            return self._consume_ahead(max_n, wait_ms)
+        batch = client.receive(self.dest, max_messages=max_n, wait_ms=wait_ms)
         if batch:
-            client.ack(self.dest, batch)
+            client.ack(self.dest, batch, wait=self.ack_mode == "sync")
         return [m.body for m in batch]
 
+    def _consume_ahead(self, max_n: int, wait_ms: int) -> list[bytes]:
+        """The batch received ahead (or one received now); the next Receive,
+        carrying this batch's acks, is sent before returning. The acks are
+        sent, not confirmed (as ``msg.ack()``); with ``ack=sync`` the
+        call waits for the next Receive, i.e. for their commit."""
+        client, receiver = self._c(), self._receiver
+        assert receiver is not None
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            ahead = receiver.submit(client.receive, self.dest, max_n, None, wait_ms)
+        batch = ahead.result()
+        if batch:
+            nxt = receiver.submit(client.receive, self.dest, max_n, None, wait_ms, "", batch)
+            self._ahead = nxt
+            if self.ack_mode == "sync":
+                nxt.result()
+        return [m.body for m in batch]
+
+    def _give_back_ahead(self) -> None:
+        """Close: the Receive sent ahead applies its acks; what it leased
+        was never returned, so its leases are undone (visible again)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None or self.client is None:
+            return
+        with contextlib.suppress(QueueError):
+            batch = ahead.result()
+            if batch:
+                self.client.nack(self.dest, batch, release=True)
+
     def close(self) -> None:
+        self._give_back_ahead()
+        if self._receiver is not None:
+            self._receiver.shutdown(wait=True)
+            self._receiver = None
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
@@ -132,6 +189,8 @@ class RaftQueueAdapter:
             "replicas": 3,
             "durability": self.durability,
             "publish_threads": self.threads,
+            "ack_mode": self.ack_mode,
+            "prefetch": self.prefetch,
             "client": "raft_queue SDK (grpcio " + version("grpcio") + ")",
         }
 

@@ -18,6 +18,7 @@ from raft_queue.client.models import (
     QueueInfo,
     ReadResult,
     ReceiptResult,
+    Received,
     ReplicaStatus,
     SendResult,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "QueueInfo",
     "ReadResult",
     "ReceiptResult",
+    "Received",
     "ReplicaStatus",
     "SendResult",
     "partition_for_key",

@@ -325,7 +325,11 @@ def receive(
     visibility_ms: int | None,
     wait_ms: int,
     consumer: str,
-) -> Flow[list[Message]]:
+    ack: Sequence[str] = (),
+) -> Flow[models.Received]:
+    """Lease messages; ``ack``: receipts (checked by ``receipt_list``) to
+    ack first, in the same call (and Raft entry, where one node leads both).
+    Retried as a whole: a repeat answers "not found" for acks that applied."""
     fields: dict[str, Any] = {
         "queue": queue,
         "max_messages": max_messages,
@@ -335,9 +339,12 @@ def receive(
     if visibility_ms is not None:
         fields["visibility_ms"] = visibility_ms
     request = models.build_request(queue_pb2.ReceiveRequest, **fields)
+    request.ack.extend(ack)
     yield from partition_count(router, queue)  # learn the leaders, to prefer one of them
     response = yield Call("Receive", request, SomeLeaderOf(queue), extra_s=wait_ms / 1000)
-    return [models.message_from_pb(m) for m in response.messages]
+    messages = [models.message_from_pb(m) for m in response.messages]
+    acks = models.receipt_results_from_pb(list(ack), response.acks) if ack else []
+    return models.Received(messages, acks)
 
 
 def settle(

@@ -25,6 +25,7 @@ import grpc
 
 from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.client import calls
+from raft_queue.client.acks import FLUSH_MS, BackgroundAcks
 from raft_queue.client.admin import AdminSurface
 from raft_queue.client.calls import MAX_BATCH, Call, Flow, Receipts
 from raft_queue.client.credentials import call_metadata, resolve_token
@@ -32,12 +33,12 @@ from raft_queue.client.errors import from_rpc_error
 from raft_queue.client.models import (
     ClusterStatus,
     History,
-    Message,
     OutgoingMessage,
     PartitionInfo,
     QueueInfo,
     ReadResult,
     ReceiptResult,
+    Received,
     SendResult,
 )
 from raft_queue.client.partitioner import RoundRobin
@@ -162,20 +163,42 @@ class Surface(AdminSurface):
         visibility_ms: int | None = None,
         wait_ms: int = 0,
         consumer: str = "",
-    ) -> list[Message]:
+        ack: Receipts | None = None,
+    ) -> Received:
         """Lease up to ``max_messages`` (as SQS ReceiveMessage); [] when none within ``wait_ms``.
 
         Leased messages are invisible for ``visibility_ms`` (default: the
         queue's visibility timeout) and come back unless acked. A long poll
         (``wait_ms`` > 0) returns as soon as a message is visible.
+
+        ``ack``: receipts (or Messages) of this queue to ack first, in the
+        same call: a consume loop acks its last batch with its next receive,
+        one round trip instead of two. The result (a list of the messages)
+        holds their results in ``.acks``. Receipts waiting from
+        ``ack(..., wait=False)`` ride along too (client/acks.py).
         """
-        flow = calls.receive(self._router, queue, max_messages, visibility_ms, wait_ms, consumer)
+        listed = calls.receipt_list(ack) if ack is not None else []
+        flow = calls.receive(
+            self._router, queue, max_messages, visibility_ms, wait_ms, consumer, listed
+        )
         return self._run(flow)
 
-    def ack(self, queue: str, receipts: Receipts) -> list[ReceiptResult]:
+    def ack(self, queue: str, receipts: Receipts, wait: bool = True) -> list[ReceiptResult]:
         """Delete leased messages (as SQS DeleteMessage); one result per receipt.
-        A receipt whose lease expired and was re-leased since is refused (``stale``)."""
+        A receipt whose lease expired and was re-leased since is refused (``stale``).
+
+        ``wait=False``: a *background ack* (as nats-py's ``msg.ack()``): returns
+        [] at once; the receipts leave with the next ``receive`` of ``queue``,
+        within ``ack_flush_ms``, or at ``flush_acks``/``close``. One never
+        sent (the process died first) means a redelivery after the
+        visibility timeout, never a loss (docs/semantics.md)."""
+        if not wait:
+            self._ack_later(queue, calls.receipt_list(receipts))
+            return []
         return self._run(calls.settle("Ack", queue_pb2.AckRequest, queue, receipts))
+
+    def _ack_later(self, queue: str, receipts: list[str]) -> None:
+        raise InvalidArgument("wait", "background acks need the synchronous Client")
 
     def nack(
         self, queue: str, receipts: Receipts, delay_ms: int = 0, release: bool = False
@@ -274,6 +297,7 @@ class Client(Surface):
         ca_file: str | None = None,
         cert_file: str | None = None,
         key_file: str | None = None,
+        ack_flush_ms: int = FLUSH_MS,
     ) -> None:
         factory = sync_factory(ClientTls.of(tls, ca_file, cert_file, key_file))
         self._router = Router(parse_bootstrap(bootstrap), channel_factory=factory)
@@ -281,6 +305,8 @@ class Client(Surface):
         self._router.metadata = call_metadata(resolve_token(token))
         self._retrier = Retrier(retries, timeout_s, backoff, sleep=sleep)
         self._round_robin = RoundRobin()
+        # ack(wait=False): flushed by receive, a timer, flush_acks, close (client/acks.py)
+        self.background_acks = BackgroundAcks(self._send_acks, ack_flush_ms)
 
     def __enter__(self) -> Client:
         return self
@@ -289,8 +315,50 @@ class Client(Surface):
         self.close()
 
     def close(self) -> None:
-        """Close every channel. Idempotent; later calls raise FailedPrecondition."""
-        self._router.close()
+        """Send the background acks (``ack(wait=False)``) still waiting, then
+        close every channel. Idempotent; later calls raise FailedPrecondition."""
+        try:
+            self.background_acks.close()
+        finally:
+            self._router.close()
+
+    def flush_acks(self) -> None:
+        """Send every background ack still waiting now, and wait for them."""
+        self.background_acks.flush()
+
+    def _ack_later(self, queue: str, receipts: list[str]) -> None:
+        self.background_acks.add(queue, receipts)
+
+    def _send_acks(self, queue: str, receipts: list[str]) -> int:
+        """A background flush: one Ack call; how many were refused."""
+        results = self._run(calls.settle("Ack", queue_pb2.AckRequest, queue, receipts))
+        return sum(1 for r in results if not r.ok)
+
+    def receive(
+        self,
+        queue: str,
+        max_messages: int = 1,
+        visibility_ms: int | None = None,
+        wait_ms: int = 0,
+        consumer: str = "",
+        ack: Receipts | None = None,
+    ) -> Received:
+        background = self.background_acks
+        carried = background.take(queue)
+        if not carried:
+            return super().receive(queue, max_messages, visibility_ms, wait_ms, consumer, ack)
+        listed = calls.receipt_list(ack) if ack is not None else []
+        try:
+            got = super().receive(
+                queue, max_messages, visibility_ms, wait_ms, consumer, listed + carried
+            )
+        except QueueError:
+            background.give_back(queue, carried)
+            raise
+        mine, theirs = got.acks[: len(listed)], got.acks[len(listed) :]
+        background.carried(len(carried), sum(1 for r in theirs if not r.ok))
+        got.acks = mine
+        return got
 
     # ---- the one call path -------------------------------------------------
 

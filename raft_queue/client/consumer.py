@@ -6,6 +6,11 @@ timeout, so a slow handler does not see its message delivered to someone
 else. The message is acked when the handler returns and nacked (visible again
 after ``retry_delay_ms``) when it raises; the exception is passed to
 ``on_error`` (default: re-raised after the nack).
+
+``background_acks=True``: each ack is a background ack (``ack(wait=False)``,
+client/acks.py): it rides the next receive, so the loop pays one round
+trip per batch; a crash before it leaves means a redelivery after the
+visibility timeout (docs/semantics.md).
 """
 
 from __future__ import annotations
@@ -31,11 +36,13 @@ class Consumer:
         visibility_ms: int = 30_000,
         consumer: str = "",
         retry_delay_ms: int = 0,
+        background_acks: bool = False,
     ) -> None:
         self.client, self.queue = client, queue
         self.batch, self.wait_ms = batch, wait_ms
         self.visibility_ms, self.consumer = visibility_ms, consumer
         self.retry_delay_ms = retry_delay_ms
+        self.background_acks = background_acks
         self._stop = threading.Event()
 
     def stop(self) -> None:
@@ -65,7 +72,7 @@ class Consumer:
             raise
         done.set()
         beat.join()
-        self.client.ack(self.queue, message)
+        self.client.ack(self.queue, message, wait=not self.background_acks)
 
     def _heartbeat(self, message: Message, done: threading.Event) -> None:
         period_s = max(self.visibility_ms / 2000, 0.05)

@@ -371,6 +371,17 @@ def receipt_results_from_pb(
     return out
 
 
+class Received(list[Message]):
+    """What ``receive`` returns: the leased messages (a list), and in
+    ``acks`` one result per receipt the call carried (``ack=``), in order."""
+
+    acks: list[ReceiptResult]
+
+    def __init__(self, messages: list[Message], acks: list[ReceiptResult] | None = None) -> None:
+        super().__init__(messages)
+        self.acks = acks or []
+
+
 def read_result_from_pb(pb: queue_pb2.ReadResponse) -> ReadResult:
     values = _plain(pb, ReadResult)
     values["messages"] = [message_from_pb(m) for m in pb.messages]

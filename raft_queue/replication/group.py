@@ -236,10 +236,14 @@ class ReplicatedGroup(SafeSyncObj):
         return guarded
 
     # ---- submission ------------------------------------------------------------------
-    def submit(self, command: Any, timeout_s: float = 10.0, level: str = "") -> Future[Any]:
+    def submit(
+        self, command: Any, timeout_s: float = 10.0, level: str = "", wake: bool = True
+    ) -> Future[Any]:
         """Queue ``command`` for this group (any thread). The future resolves to
         the state machine's result (``(result, level reached)`` with a
-        ``level``, see the module doc) or raises a QueueError."""
+        ``level``, see the module doc) or raises a QueueError. ``wake=False``:
+        the driver is not woken (waking it lets it tick at once, before a
+        command submitted right after could join the same entry); call ``wake``."""
         fut: Future[Any] = Future()
         if self._closed:
             reason = f"failed: {self.failed}" if self.failed else "stopped"
@@ -258,8 +262,13 @@ class ReplicatedGroup(SafeSyncObj):
                 )
             )
             return fut
-        self._host.mark_active(self.key)
+        if wake:
+            self._host.mark_active(self.key)
         return fut
+
+    def wake(self) -> None:
+        """Tick this group on the driver's next loop (any thread)."""
+        self._host.mark_active(self.key)
 
     def before_tick(self) -> None:
         """Driver thread: expire late waiters, turn queued commands into Raft

@@ -193,11 +193,13 @@ class PartitionReplica(ReplicatedGroup):
             return commands.encode(cmds[0])
         return commands.encode(commands.Batch(tuple(cmds)))
 
-    def submit(self, command: Any, timeout_s: float = 10.0, level: str = "") -> Future[Any]:
+    def submit(
+        self, command: Any, timeout_s: float = 10.0, level: str = "", wake: bool = True
+    ) -> Future[Any]:
         if type(command) is commands.Configure:  # every leader is configured first
             fifo = command.config.ordering == "fifo"
             self._ridden = _RIDDEN_FIFO if fifo else _RIDDEN
-        return super().submit(command, timeout_s, level)
+        return super().submit(command, timeout_s, level, wake)
 
     def riders(self, pending: list[Pending]) -> list[Pending]:
         """The standing leases, if ``pending`` may make records visible: as

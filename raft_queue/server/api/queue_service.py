@@ -115,12 +115,12 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
         forwarded = is_forwarded(context)
         if request.wait_ms and not forwarded:  # a client's long poll: its principal's cap
             with self.polls.hold(CALLER_PRINCIPAL.get()):
-                messages = await self.receiver.receive(request, forwarded)
+                messages, acks = await self.receiver.receive_acking(request, forwarded)
         else:
-            messages = await self.receiver.receive(request, forwarded)
+            messages, acks = await self.receiver.receive_acking(request, forwarded)
         if not forwarded:  # counted once, by the node that answers the client
             metrics.count_received(request.queue, messages)
-        return queue_pb2.ReceiveResponse(messages=messages)
+        return queue_pb2.ReceiveResponse(messages=messages, acks=acks)
 
     async def _settle(self, request: Any, context: Any, make: Any, method: str) -> Any:
         results = await self.receiver.settle(request, is_forwarded(context), make, method)

@@ -124,6 +124,9 @@ class Meter:
                 acked = sum(1 for r in response.results if r.ok)
             self.usage.count(principal, request.queue, op, acked, size)
         elif op is not None:
+            if op == u.RECEIVE and request.ack:  # the acks it carried count as an Ack
+                acked = len(request.ack) - len(response.acks.failed)
+                self.usage.count(principal, request.queue, u.ACK, acked, 0)
             messages = len(response.messages)
             if self.wired:  # counted with its size once serialized
                 _ANSWER.set((principal, request.queue, op, messages))

@@ -71,14 +71,19 @@ class Receipts:
         return [f"{b}:{digest(prefix + b.encode())[:MAC_BYTES].hex()}" for b in bodies]
 
     def parse(
-        self, queue: str, receipts: Sequence[str], uid: int, partitions: int
+        self,
+        queue: str,
+        receipts: Sequence[str],
+        uid: int,
+        partitions: int,
+        field: str = "receipts",
     ) -> dict[int, PartReceipts]:
         """Every receipt checked (MAC, then fields) and grouped by partition;
-        InvalidArgument ``receipts[i]`` at the first bad one, before
+        InvalidArgument ``<field>[i]`` at the first bad one, before
         anything is applied."""
-        return receipts_by_partition(self.bodies(queue, receipts), uid, partitions)
+        return receipts_by_partition(self.bodies(queue, receipts, field), uid, partitions, field)
 
-    def bodies(self, queue: str, receipts: Sequence[str]) -> Sequence[str]:
+    def bodies(self, queue: str, receipts: Sequence[str], field: str = "receipts") -> Sequence[str]:
         """The receipts without their MACs, each MAC checked (constant time)."""
         if self._base is None:
             return receipts
@@ -92,12 +97,12 @@ class Receipts:
             except TypeError:  # not ASCII: no MAC of ours
                 ok = False
             if not ok:
-                raise _refused(i, receipt)
+                raise _refused(i, receipt, field)
             add(body)
         return out
 
 
-def _refused(i: int, receipt: str) -> errors.InvalidArgument:
+def _refused(i: int, receipt: str, field: str = "receipts") -> errors.InvalidArgument:
     body, _, given = receipt.rpartition(":")
     if len(given) != MAC_HEX and receipt.count(":") == 3:
         why = UNSIGNED
@@ -105,7 +110,7 @@ def _refused(i: int, receipt: str) -> errors.InvalidArgument:
         why = f"{receipt!r} is not a receipt"
     else:
         why = FORGED
-    return errors.InvalidArgument(f"receipts[{i}]", why)
+    return errors.InvalidArgument(f"{field}[{i}]", why)
 
 
 class HmacSha256:
@@ -167,10 +172,10 @@ class PartReceipts:
 
 
 def receipts_by_partition(
-    receipts: Sequence[str], uid: int, partitions: int
+    receipts: Sequence[str], uid: int, partitions: int, field: str = "receipts"
 ) -> dict[int, PartReceipts]:
     """Receipt bodies (``uid:partition:offset:epoch``, MACs already checked)
-    parsed and checked (InvalidArgument ``receipts[i]`` at the first bad one,
+    parsed and checked (InvalidArgument ``<field>[i]`` at the first bad one,
     before anything is applied), grouped by partition."""
     bulk = _one_partition(receipts, uid, partitions)
     if bulk is not None:
@@ -180,19 +185,17 @@ def receipts_by_partition(
         try:
             ruid, part, offset, epoch = map(int, receipt.split(":"))
         except ValueError:
-            raise errors.InvalidArgument(
-                f"receipts[{i}]", f"{receipt!r} is not a receipt"
-            ) from None
+            raise errors.InvalidArgument(f"{field}[{i}]", f"{receipt!r} is not a receipt") from None
         if ruid != uid:
             raise errors.InvalidArgument(
-                f"receipts[{i}]", "receipt is from another queue (or a deleted one)"
+                f"{field}[{i}]", "receipt is from another queue (or a deleted one)"
             )
         if not 0 <= part < partitions:
             raise errors.InvalidArgument(
-                f"receipts[{i}]", f"{receipt!r} names no partition of this queue"
+                f"{field}[{i}]", f"{receipt!r} names no partition of this queue"
             )
         if not (0 <= offset <= U64_MAX and 0 < epoch <= U32_MAX):
-            raise errors.InvalidArgument(f"receipts[{i}]", f"{receipt!r} is not a receipt")
+            raise errors.InvalidArgument(f"{field}[{i}]", f"{receipt!r} is not a receipt")
         entry = by_part.get(part)
         if entry is None:
             entry = by_part[part] = PartReceipts()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Future
 from functools import partial
@@ -31,19 +32,26 @@ from typing import TYPE_CHECKING, Any
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.core import commands as cmd
-from raft_queue.core.results import OK
 from raft_queue.observability import metrics
 from raft_queue.replication.partition import PartitionReplica
-from raft_queue.server.api import convert
+from raft_queue.server.api import convert, receipt_results
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.dataplane import bounds
 from raft_queue.server.dataplane.lingering import Linger, Lingering, Stand
-from raft_queue.server.dataplane.receipts import PartReceipts, Receipts
+from raft_queue.server.dataplane.receipts import Receipts
 from raft_queue.server.dataplane.sending import now_ms
+from raft_queue.server.dataplane.settling import Settler
 from raft_queue.server.peers import RemoteError
 
 if TYPE_CHECKING:
     from raft_queue.core.metadata_records import QueueRecord
+
+# The replicas this request's carried acks went to (ids; the request's own
+# task context): its Leases there are proposed without the "nothing
+# visible" check, so it lands in the Ack's Raft entry (_lease_local).
+_ACKED_ON: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
+    "raftq_acked_on", default=frozenset()
+)
 
 # A waiting Receive re-checks which partitions this node leads at least this
 # often (leadership moves), even when nothing wakes it. In memory, no Raft
@@ -60,9 +68,18 @@ class Receiver:
         self.c = cluster
         self.limits = cluster.node.config.limits
         self.lingering = Lingering(self.limits.receive_linger_ms, undo)
+        self.settler = Settler(cluster)
 
     # ---- Receive ---------------------------------------------------------------------
     async def receive(self, request: Any, forwarded: bool) -> list[Any]:
+        """The messages leased (the acks a request carries are applied, their
+        results dropped: ``receive_acking`` returns them)."""
+        messages, _ = await self.receive_acking(request, forwarded)
+        return messages
+
+    async def receive_acking(self, request: Any, forwarded: bool) -> tuple[list[Any], Any]:
+        """(messages leased, the ReceiptsResponse of the acks ``request``
+        carries, failures only; None if it carries none)."""
         q = self.c.node.queue_spec(request.queue)
         if request.max_messages > self.limits.max_receive_messages or (
             request.wait_ms > self.limits.max_wait_ms
@@ -84,6 +101,7 @@ class Receiver:
         arrived = asyncio.get_running_loop().time()
         deadline = arrived + wait_ms / 1000
         key = (q.name, request.consumer)
+        carried = self._start_acks(q, request, forwarded)  # before the lease: one entry
         lin = self.lingering.take(key, visibility) if request.consumer else None
         try:
             out = await self._taken_up(q, lin) if lin is not None and lin.taken() else []
@@ -93,6 +111,8 @@ class Receiver:
         except BaseException:
             if lin is not None:
                 undo(lin.stands)
+            if carried is not None:
+                carried[1].add_done_callback(_retrieved)
             raise
         # Over max_messages (two nodes answered together) or over the byte
         # cap: the leases of what is not returned are undone (visible again).
@@ -105,7 +125,10 @@ class Receiver:
             self.lingering.returned(key, arrived, max_n, visibility, local, lin)
         elif lin is not None:
             undo(lin.stands)
-        return out
+        if carried is None:
+            return out, None
+        acks, pending = carried
+        return out, receipt_results.receipts_response(acks, await pending)
 
     async def _receive_now(
         self, args: tuple[Any, str, int, int], deadline: float, forwarded: bool, lin: Linger | None
@@ -322,7 +345,10 @@ class Receiver:
             for part, replica in local:
                 if len(out) >= max_n:
                     return
-                if self.c.nothing_visible(replica):
+                # (Not where this Receive's acks went: the check reads LMDB,
+                # which lets the driver thread tick between the Ack and the
+                # Lease; a Lease in the Ack's entry costs no round anyway.)
+                if id(replica) not in _ACKED_ON.get() and self.c.nothing_visible(replica):
                     continue
                 lease = cmd.Lease(consumer, max_n - len(out), visibility, now_ms())
                 self.c.node.ensure_configured(replica)
@@ -346,41 +372,26 @@ class Receiver:
         with contextlib.suppress(errors.QueueError, RemoteError):
             await self.settle(request, False, cmd.Release, "Nack")
 
-    # ---- receipts --------------------------------------------------------------------------
+    # ---- receipts ----------------------------------------------------------------------
     async def settle(
         self, request: Any, forwarded: bool, make: Callable[..., Any], method: str
     ) -> list[Any]:
-        """One result per receipt, in order: its outcome (``"ok"``, ...) when
-        settled here, a ReceiptResult when forwarded (``receipts_response``
-        makes the response); each partition's receipts go to its leader as
-        one command (one Raft entry, or part of one)."""
-        q = self.c.node.queue_spec(request.queue)
-        if not request.receipts:
-            raise errors.InvalidArgument("receipts", "at least one receipt is required")
-        # MACs and fields checked before anything is proposed (server/dataplane/receipts.py)
-        by_part = self.c.receipts.parse(q.name, request.receipts, q.uid, q.spec.partitions)
-        results: list[Any] = [None] * len(request.receipts)
+        """Ack, Nack, ChangeVisibility: settling.py."""
+        return await self.settler.settle(request, forwarded, make, method)
 
-        async def one(part: int, items: PartReceipts) -> None:
-            replica = self.c.local_leader(q.name, part, forwarded)
-            if replica is not None:
-                res = await self.c.submit(replica, make(items.runs(), now_ms()))
-                if method == "Ack":
-                    metrics.count_acked(q.name, part, sum(n for o, n in res.runs if o == OK))
-                for i, outcome in zip(items.indexes, res.outcomes, strict=True):
-                    results[i] = outcome
-                return
-            sub = type(request)()
-            sub.CopyFrom(request)
-            sub.failures_only = False  # one result per receipt, matched by position
-            del sub.receipts[:]
-            sub.receipts.extend(request.receipts[i] for i in items.indexes)
-            resp = await self.c.forward_to_leader(q.name, part, method, sub)
-            for i, res in zip(items.indexes, resp.results, strict=True):
-                results[i] = res
-
-        await asyncio.gather(*(one(p, items) for p, items in by_part.items()))
-        return results
+    def _start_acks(self, q: Any, request: Any, forwarded: bool) -> Any:
+        """The acks ``request`` carries (``ReceiveRequest.ack``): checked, and
+        the local ones submitted now, ahead of this Receive's lease (same
+        Raft entry, settling.py); (the AckRequest, a task giving one result
+        per receipt), or None if it carries none."""
+        if not request.ack:
+            return None
+        acks = queue_pb2.AckRequest(queue=q.name, receipts=request.ack, failures_only=True)
+        by_part = self.c.receipts.parse(q.name, acks.receipts, q.uid, q.spec.partitions, "ack")
+        pending = self.settler.start(q, acks, by_part, forwarded, cmd.Ack, "Ack", carried=True)
+        led = (self.c.node.replica(q.name, part) for part in by_part)
+        _ACKED_ON.set(frozenset(id(r) for r in led if r is not None))
+        return acks, asyncio.ensure_future(pending)
 
 
 async def _first_non_empty(
