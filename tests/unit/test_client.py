@@ -609,6 +609,23 @@ def test_dead_bootstrap_node_is_skipped(cluster, sleeps):
     assert len(sleeps) == 1  # only the first call met the dead node
 
 
+def test_after_its_leader_fails_the_next_send_learns_the_new_leader(sleeps):
+    # Failover: the send that meets the dead leader is re-routed through the
+    # bootstrap node (which forwards); the next one asks GetPartitions again
+    # and goes straight to the new leader, not through the bootstrap node.
+    with FakeCluster(nodes=3) as cluster:
+        cluster.add_queue("q", leaders=[1])
+        with Client(cluster.addresses[0], sleep=sleeps.append) as c:
+            c.partitions("q")
+            cluster.leaders[("q", 0)] = 2
+            cluster.fail("Send", errors.Unavailable("connection refused"), node=1)
+            c.send("q", b"a")
+            assert nodes_called(cluster, "Send") == [1, 0]
+            c.send("q", b"b")
+            assert nodes_called(cluster, "Send") == [1, 0, 2]
+            assert nodes_called(cluster, "GetPartitions") == [0, 0]
+
+
 def test_receive_prefers_a_node_leading_the_queue(client, cluster):
     cluster.add_queue("q", leaders=[1])
     client.receive("q")
