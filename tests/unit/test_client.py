@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 import re
+import socket
 import threading
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -624,6 +625,20 @@ def test_after_its_leader_fails_the_next_send_learns_the_new_leader(sleeps):
             c.send("q", b"b")
             assert nodes_called(cluster, "Send") == [1, 0, 2]
             assert nodes_called(cluster, "GetPartitions") == [0, 0]
+
+
+def test_a_mute_node_costs_a_connect_timeout_not_the_calls_budget(cluster, sleeps):
+    # A node that accepts TCP but never speaks (a paused or wedged process):
+    # the first attempt gets the call's whole budget; had it waited for its
+    # deadline, no time would be left for the attempt on the next node.
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(16)
+        cluster.add_queue("q")
+        boot = [f"127.0.0.1:{mute.getsockname()[1]}", cluster.addresses[0]]
+        with Client(boot, timeout_s=3.0, sleep=sleeps.append) as c:
+            assert c.get_queue("q").name == "q"
+        assert len(cluster.calls_of("GetQueue")) == 1
 
 
 def test_receive_prefers_a_node_leading_the_queue(client, cluster):
