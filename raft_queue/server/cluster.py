@@ -103,11 +103,13 @@ class Cluster:
 
     async def await_leader(self, queue: str, part: int) -> str:
         """The leader's address once one is known and is not this node's
-        stale view of itself, polled every ``LEADER_POLL_S`` for up to two
-        maximum election timeouts (one split vote); Unavailable after that.
-        Failover (docs/internals.md): answering when the election ends beats
-        a client's exponential backoff by up to a second."""
-        limit = 2 * self.node.config.raft.election_timeout_max_s
+        stale view of itself, polled every ``LEADER_POLL_S`` for up to one
+        maximum election timeout (a timer-found failure elects within about
+        that); Unavailable after that. Failover (docs/internals.md): answering
+        when the election ends beats a client's exponential backoff by up to
+        a second. Not longer: a node on the minority side of a cut never
+        learns the leader, and its Unavailable sends the SDK to another node."""
+        limit = self.node.config.raft.election_timeout_max_s
         deadline = time.monotonic() + limit
         while True:
             address = self.leader_address(queue, part)
