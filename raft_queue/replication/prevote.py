@@ -100,7 +100,8 @@ class PreVote(SyncObj):
         if not message["granted"] or message["term"] != self._prevote_term:
             return
         if (
-            self._SyncObj__raftState != _RAFT_STATE.FOLLOWER
+            self._SyncObj__raftState == _RAFT_STATE.LEADER
+            # (a candidate asks too: one whose election failed, a split vote)
             or self._SyncObj__raftLeader is not None  # a leader spoke meanwhile
             or self._SyncObj__raftCurrentTerm + 1 != message["term"]
             or node not in self._SyncObj__otherNodes

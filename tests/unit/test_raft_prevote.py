@@ -97,6 +97,21 @@ def test_a_majority_of_grants_starts_the_real_election() -> None:
     assert obj._SyncObj__raftCurrentTerm == 2
 
 
+def test_a_candidate_whose_election_failed_asks_again_and_grants_start_the_next() -> None:
+    # A split vote: every member is a candidate of the same term. Were the
+    # grants of a candidate ignored, no member could ever campaign again.
+    obj, rec, (leader, other) = replica()
+    follow(obj, leader)
+    time_out(obj)
+    feed(obj, other, {"type": "pre_vote_response", "term": 2, "granted": True})
+    assert obj._SyncObj__raftState == _RAFT_STATE.CANDIDATE  # term 2, no votes came
+    time_out(obj)
+    assert [m["term"] for m in sent(rec, "pre_vote")] == [2, 2, 3, 3]
+    feed(obj, other, {"type": "pre_vote_response", "term": 3, "granted": True})
+    assert [m["term"] for m in sent(rec, "request_vote")] == [2, 2, 3, 3]
+    assert obj._SyncObj__raftCurrentTerm == 3
+
+
 def test_refusals_and_stale_grants_start_nothing() -> None:
     obj, rec, (leader, other, one_grant, _) = replica(peers=4)
     follow(obj, leader)
