@@ -6,7 +6,8 @@ receives dropped) and then let back must not depose the healthy leader:
 with pre-vote its term never rises while it is cut off. Without pre-vote
 (pysyncobj's behaviour, xfail strict) its raised term makes the leader step
 down when it returns. Elections still converge: when a leader's host stops,
-the two others elect one leader. Bounds are generous liveness limits, not
+the two others elect one leader; after a split vote (every member a
+candidate of the same term) one leader is elected. Bounds are generous liveness limits, not
 speed targets (those live in raft_queue/bench/failover.py).
 """
 
@@ -105,6 +106,28 @@ def test_when_the_leaders_host_stops_the_others_elect_one_leader() -> None:
         while time.monotonic() < deadline and other.leader_address() != new.selfNode.address:
             time.sleep(0.02)
         assert other.leader_address() == new.selfNode.address
+    finally:
+        for h in hosts:
+            h.stop()
+
+
+def test_after_a_split_vote_one_leader_is_elected() -> None:
+    # Every member a candidate of the same term, each with its own vote (the
+    # vote requests were lost): they ask again and must count the grants
+    # they get as candidates, or no one ever campaigns again.
+    groups, hosts = start(pre_vote=True)
+    try:
+        leader_of(groups)
+        for g in groups:
+            cut_off(g)
+        for g, h in zip(groups, hosts, strict=True):
+            h.call(g._campaign).result(5)
+        terms = {g.term() for g in groups}
+        assert len(terms) == 1 and not any(g.is_leader() for g in groups), "not a split"
+        for g in groups:
+            rejoin(g)
+        new = leader_of(groups)
+        assert new.term() > terms.pop()
     finally:
         for h in hosts:
             h.stop()
