@@ -5,7 +5,8 @@ once, and any node stepping down on a request_vote of a higher term (the
 leader included). A node whose timer ran out because *it* was cut off,
 paused or starved of CPU therefore deposes a healthy leader when it comes
 back: an election nobody needed, and writes refused meanwhile. With
-pre-vote, a node whose election timer runs out first asks every other
+pre-vote, a node whose election timer runs out (a follower, or a candidate
+whose election failed: a split vote) first asks every other
 member whether it *would* vote for it in term + 1, changing no state
 anywhere (no term, no vote is written). A member grants only if
 
