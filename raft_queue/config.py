@@ -117,10 +117,16 @@ class RaftTuning:
     # limits.max_request_bytes).
     append_entries_batch_bytes: int = 4 * MIB
     coalesce_heartbeats: bool = True
+    # Pre-vote and prompt elections (replication/prevote.py): a node asks
+    # before it campaigns, and a follower whose leader's link drops campaigns
+    # within a quarter of election_timeout_min_s. Off only while upgrading
+    # from a version without them (its nodes cannot decode the pre-vote).
+    pre_vote: bool = True
 
     def __post_init__(self) -> None:
-        if not isinstance(self.coalesce_heartbeats, bool):
-            raise ConfigError("raft.coalesce_heartbeats", "must be true or false")
+        for flag in ("coalesce_heartbeats", "pre_vote"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(f"raft.{flag}", "must be true or false")
         for f in dataclasses.fields(self):
             if f.name.endswith("_s"):
                 _check_positive(f"raft.{f.name}", getattr(self, f.name))

@@ -125,12 +125,16 @@ class Router:
             return self._bootstrap[self._cursor % len(self._bootstrap)]
 
     def node_failed(self, address: str) -> None:
-        """Stop preferring ``address``: move off it as bootstrap, forget it as leader."""
+        """Stop preferring ``address``: move off it as bootstrap, forget it as
+        leader, and let the next call of each queue it led ask GetPartitions
+        again (failover: the new leaders, instead of a forward through the
+        bootstrap node until the partition count's TTL runs out)."""
         with self._lock:
             if self._bootstrap[self._cursor % len(self._bootstrap)] == address:
                 self._cursor += 1
             for key in [k for k, v in self._leaders.items() if v == address]:
                 del self._leaders[key]
+                self._layouts.pop(key[0], None)
 
     # ---- leaders and partitions -------------------------------------------
 
@@ -236,9 +240,9 @@ class PartitionLeaders(AnyNode):
         if isinstance(err, NotLeader) and err.leader and len(self.partitions) == 1:
             router.set_leader(self.queue, self.partitions[0], err.leader)
         elif isinstance(err, NotLeader) or _node_trouble(err):
-            router.forget_leaders(self.queue, self.partitions)
             if _node_trouble(err):
-                router.node_failed(address)
+                router.node_failed(address)  # first: it sees what ``address`` led
+            router.forget_leaders(self.queue, self.partitions)
 
 
 class SomeLeaderOf(AnyNode):

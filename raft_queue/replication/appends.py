@@ -16,7 +16,7 @@ from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.syncobj import _RAFT_STATE
 
 from raft_queue.observability.stagetrace import mark as _stage
-from raft_queue.replication import heartbeats
+from raft_queue.replication import heartbeats, prevote
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,10 @@ class AppendEntriesFixes(SyncObj):
         if kind in heartbeats.KINDS:  # for the host, on this group's connection
             if self.heartbeat_mux is not None:
                 self.heartbeat_mux.receive(self, node, message)
+            return
+        if kind in prevote.KINDS:
+            self._on_prevote_message(node, message)
+            self._on_activity()  # an election may have started: tick now
             return
         if (
             kind == "append_entries"

@@ -34,6 +34,8 @@ error. The types (tag: message):
   commit, prev_idx, prev_term).
 - 11 hb_batch_ack: acks (leader str, member str, term, next index),
   refused (leader str, member str).
+- 12 pre_vote (prevote.py): term, last_log_index, last_log_term.
+- 13 pre_vote_response: term, granted flag.
 
 pysyncobj's chunked "transmission" AppendEntries is not encoded: raft.py
 never sends it (appends.py) and a peer that does is not a raft_queue peer.
@@ -62,6 +64,7 @@ _NEXT = struct.Struct(">qBB")
 
 GREETING, REQUEST_VOTE, RESPONSE_VOTE, APPEND, SNAPSHOT = 1, 2, 3, 4, 5
 NEXT_NODE_IDX, TIMEOUT_NOW, APPLY_COMMAND, APPLY_RESPONSE, HB_BATCH, HB_ACK = 6, 7, 8, 9, 10, 11
+PRE_VOTE, PRE_VOTE_RESPONSE = 12, 13
 MAX_ADDRESS_BYTES = 1024
 
 
@@ -146,9 +149,11 @@ def _enc_dict(m: dict[str, Any]) -> bytes:
         return bytes((NEXT_NODE_IDX,)) + _NEXT.pack(
             m["next_node_idx"], bool(m["reset"]), bool(m["success"])
         )
-    if kind == "request_vote":
+    if kind in ("request_vote", "pre_vote"):
         body = _QQQ.pack(m["term"], m["last_log_index"], m["last_log_term"])
-        return bytes((REQUEST_VOTE,)) + body
+        return bytes((REQUEST_VOTE if kind == "request_vote" else PRE_VOTE,)) + body
+    if kind == "pre_vote_response":
+        return bytes((PRE_VOTE_RESPONSE,)) + _Q.pack(m["term"]) + _flag(m["granted"])
     if kind in ("response_vote", "timeout_now"):
         tag = RESPONSE_VOTE if kind == "response_vote" else TIMEOUT_NOW
         return bytes((tag,)) + _Q.pack(m["term"])
@@ -259,14 +264,18 @@ def _dec_snapshot(r: _Reader) -> dict[str, Any]:
     return {"type": "append_entries", "term": term, "commit_index": commit, "serialized": chunk}
 
 
-def _dec_vote(r: _Reader) -> dict[str, Any]:
+def _dec_vote(r: _Reader, kind: str = "request_vote") -> dict[str, Any]:
     term, last_idx, last_term = r.unpack(_QQQ)
     return {
-        "type": "request_vote",
+        "type": kind,
         "term": term,
         "last_log_index": last_idx,
         "last_log_term": last_term,
     }
+
+
+def _dec_pre_vote_response(r: _Reader) -> dict[str, Any]:
+    return {"type": "pre_vote_response", "term": r.i64(), "granted": r.flag()}
 
 
 def _dec_next(r: _Reader) -> dict[str, Any]:
@@ -326,6 +335,8 @@ _DECODERS: dict[int, Callable[[_Reader], Any]] = {
     APPLY_RESPONSE: _dec_apply_response,
     HB_BATCH: _dec_batch,
     HB_ACK: _dec_ack,
+    PRE_VOTE: lambda r: _dec_vote(r, "pre_vote"),
+    PRE_VOTE_RESPONSE: _dec_pre_vote_response,
 }
 
 

@@ -41,6 +41,9 @@ has no wire encoding at all.
    never unpickled. A journal holding entries of the old (pickle) format
    is refused at open.
 
+Elections: pre-vote and prompt elections after a leader's link drops
+(``prevote.py``; pysyncobj has neither).
+
 Where: the AppendEntries fixes (1, 3 for followers, large entries) are the
 mixin in ``appends.py``; the journal's syncs, term/vote file and compaction
 file in ``journal.py``; node identity, links and message frames in
@@ -71,6 +74,7 @@ from raft_queue.observability.stagetrace import mark as _stage
 from raft_queue.replication import entries
 from raft_queue.replication.appends import AppendEntriesFixes
 from raft_queue.replication.journal import SyncedJournal, SyncJob, fsync_dir
+from raft_queue.replication.prevote import PreVote
 from raft_queue.replication.syncs import SyncThreads
 from raft_queue.replication.ticks import TickFixes
 from raft_queue.replication.wire import LinkTransport, ProxiedNode
@@ -197,7 +201,7 @@ def make_conf(
     )
 
 
-class SafeSyncObj(AppendEntriesFixes, TickFixes):
+class SafeSyncObj(AppendEntriesFixes, PreVote, TickFixes):
     """SyncObj with hazards 1-6 fixed. Subclasses implement ``apply_regular``
     and propose entries with ``propose`` (no ``@replicated`` methods).
 
@@ -486,6 +490,7 @@ class SafeSyncObj(AppendEntriesFixes, TickFixes):
     def _SyncObj__onNodeDisconnected(self, node: Any) -> None:  # noqa: N802
         # Tick now: a group may sleep MAX_IDLE_S, and reconnecting is its job.
         SyncObj._SyncObj__onNodeDisconnected(self, node)
+        self._leader_link_lost(node)  # prompt election (prevote.py)
         self._on_activity()
 
     # ---- command submission (any thread) ------------------------------------------
@@ -547,6 +552,17 @@ class SafeSyncObj(AppendEntriesFixes, TickFixes):
     def leader_address(self) -> str:
         leader = self._getLeader()
         return leader.address if leader is not None else ""
+
+    def leader_lost(self) -> bool:
+        """A follower whose link to the leader it knows is down: the leader's
+        process died (its sockets closed) or the link is cut; an election is
+        near (see ``_SyncObj__onNodeDisconnected``). Any thread (reads two
+        fields): request routing treats such a leader as unknown rather than
+        forwarding to a node that cannot answer."""
+        leader = self._SyncObj__raftLeader
+        if leader is None or self._SyncObj__raftState == _RAFT_STATE.LEADER:
+            return False
+        return leader not in self._SyncObj__connectedNodes
 
     def term(self) -> int:
         """The current Raft term; 0 until this replica has seen an election."""

@@ -24,6 +24,7 @@ four changes:
   only stored the commit index, which we do not store: journal.py), the
   command queue's lock and exception when it is empty, the tick callbacks
   (none registered), the poll (the host polls once for all groups).
+* Elections start through ``_start_election`` (pre-vote: prevote.py).
 * The rest (elections, leader fallback, apply, snapshot load, log
   compaction, heartbeats) is pysyncobj's, in its order.
 
@@ -82,7 +83,7 @@ class TickFixes(SyncObj):
             and self._SyncObj__raftElectionDeadline < monotonic_time()
             and self._SyncObj__connectedToAnyone()
         ):
-            self._campaign()
+            self._start_election()
         self._SyncObj__applyLogEntries()
         if self._SyncObj__raftState == _RAFT_STATE.LEADER:
             self._send_if_due()
@@ -151,6 +152,10 @@ class TickFixes(SyncObj):
         if heard <= (len(others) + 1) / 2:
             self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
             self._SyncObj__raftLeader = None
+
+    def _start_election(self) -> None:
+        """The election timer ran out; PreVote (prevote.py) asks first."""
+        self._campaign()
 
     def _campaign(self) -> None:
         """pysyncobj's election start, unchanged."""

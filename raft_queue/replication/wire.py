@@ -8,7 +8,8 @@ first message only the greeting of a member it does not dial itself,
 refuses ``readonly`` peers and registers none of pysyncobj's utility
 commands (status, add, remove, set_version, transfer). Importing this module
 replaces ``TcpConnection.send``, its frame parser and its read (a bytearray
-buffer) with the frames below; ``raft.py`` imports it, so every connection
+buffer) with the frames below, and its connection timeout with one that
+spares links quiet by design (``_silence_timeout``); ``raft.py`` imports it, so every connection
 uses them.
 
 Frame: ``>I`` length, then the frame (at most ``max_frame_bytes()``, and
@@ -32,6 +33,7 @@ import struct
 import zlib
 from typing import Any
 
+from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.node import TCPNode
 from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 from pysyncobj.transport import TCPTransport
@@ -125,6 +127,31 @@ def _write(conn: TcpConnection, frame: bytes, link: _Link | None = None) -> None
     conn._TcpConnection__trySendBuffer()
 
 
+# Messages a live peer always answers soon (an ack, a batch ack, a command
+# result): only these start the silence clock (_silence_timeout). Votes are
+# not among them (a refused vote gets no answer), nor greetings or replies.
+_ANSWERED = frozenset(("append_entries", "hb_batch", "apply_command"))
+
+
+def _silence_timeout(conn: TcpConnection) -> None:
+    """pysyncobj's connection timeout, counted from the first message we sent
+    that a live peer answers (``_ANSWERED``) and it has not, not from the last
+    read. pysyncobj dropped a connection silent for ``connectionTimeout``
+    at its next event, a write or a read: a link quiet by design (the two
+    followers of a group never talk until an election) was dropped by the
+    very vote request meant to cross it (on the sender's write, or on the
+    receiver's read, before reading it), and an election after a leader
+    died lost its first round: measured, a split vote and 2.0-2.9 s from
+    kill -9 to a new leader with a 0.8-1.6 s election timeout
+    (docs/benchmarks.md, failover). A peer that stops answering what it
+    must is still dropped one timeout after the first unanswered message."""
+    since = conn.raftq_unanswered
+    if since > conn._TcpConnection__lastReadTime and (
+        monotonic_time() - since > conn._TcpConnection__timeout
+    ):
+        conn.disconnect()
+
+
 def _body(message: Any) -> bytes:
     """Codec bytes behind the compression byte. Snapshot chunks are always
     compressed: an LMDB image is mostly free pages, and a 64 KiB chunk must
@@ -144,6 +171,12 @@ def _wire_send(conn: TcpConnection, message: Any) -> None:
     except codec.CodecError:
         log.exception("not sent: a message with no wire encoding")
         return
+    if (
+        type(message) is dict
+        and message.get("type") in _ANSWERED
+        and conn.raftq_unanswered <= conn._TcpConnection__lastReadTime
+    ):
+        conn.raftq_unanswered = monotonic_time()  # the first such since the last read
     link: _Link | None = conn.raftq_link
     if link is None:  # a plain pysyncobj transport (tests): unsealed codec frames
         _write(conn, body)
@@ -259,6 +292,8 @@ def _wire_parse(conn: TcpConnection) -> Any:
 
 
 TcpConnection.raftq_link = None
+TcpConnection.raftq_unanswered = 0.0  # pysyncobj's clock; see _silence_timeout
+TcpConnection._TcpConnection__processConnectionTimeout = _silence_timeout
 TcpConnection.send = _wire_send
 TcpConnection._TcpConnection__processParseMessage = _wire_parse
 TcpConnection._TcpConnection__processRead = _wire_read

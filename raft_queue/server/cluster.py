@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# How often a request waiting for a partition's election looks again
+# (Cluster.await_leader): a poll costs a few dict lookups.
+LEADER_POLL_S = 0.01
+
 
 class Cluster:
     def __init__(self, node: Node, peers: Peers, timeout_s: float = 10.0) -> None:
@@ -55,10 +59,10 @@ class Cluster:
             if replica.is_leader():
                 return self.node.id
             leader = replica.leader_address()
-            if leader:
+            if leader and not replica.leader_lost():
                 return self.node.raft_address_to_node().get(leader)
-            if replica.term() > 0:
-                return None  # an election in progress
+            if leader or replica.term() > 0:
+                return None  # an election in progress, or about to start
             # A new partition whose leader has not reached this replica yet
             # (it was elected before this replica started; a few hundred ms):
             # guess as a node without a replica does, rather than refuse.
@@ -90,9 +94,15 @@ class Cluster:
         return None
 
     async def forward_to_leader(self, queue: str, part: int, method: str, request: Any) -> Any:
+        """Forward to the partition's leader. With no leader known (an election,
+        or a leader whose link is down), wait for one (``await_leader``): a
+        remote one gets the request; if this node won, NotLeader names it, and
+        the client retries here at once instead of backing off."""
         address = self.leader_address(queue, part)
-        if address == self.node.address:
-            raise errors.Unavailable(f"{queue}[{part}]: leader election in progress")
+        if not address or address == self.node.address:
+            address = await self.await_leader(queue, part)
+            if address == self.node.address:
+                raise errors.NotLeader(f"{queue}[{part}]: elected here meanwhile", address)
         return await self.peers.forward(address, method, request, self.timeout_s)
 
     def split_receivable(self, q: Any) -> tuple[list[tuple[int, PartitionReplica]], list[str]]:
@@ -107,6 +117,29 @@ class Cluster:
         if now is not None and now.uid == q.uid:
             q = now
         return self.split_partitions(q.name, q.spec.partitions, q.layout.gated())
+
+    async def await_leader(self, queue: str, part: int) -> str:
+        """The leader's address once one is known and is not this node's
+        stale view of itself, polled every ``LEADER_POLL_S`` for up to one
+        maximum election timeout (a timer-found failure elects within about
+        that); Unavailable after that. Failover (docs/internals.md): answering
+        when the election ends beats a client's exponential backoff by up to
+        a second. Not longer: a node on the minority side of a cut never
+        learns the leader, and its Unavailable sends the SDK to another node."""
+        limit = self.node.config.raft.election_timeout_max_s
+        deadline = time.monotonic() + limit
+        while True:
+            address = self.leader_address(queue, part)
+            replica = self.node.replica(queue, part)
+            if address and address != self.node.address:
+                return address
+            if address and replica is not None and replica.can_serve_leader_reads():
+                return address  # elected here (and ready): the caller redirects to us
+            if time.monotonic() >= deadline:
+                raise errors.Unavailable(
+                    f"{queue}[{part}]: no leader after {limit:g} s (election in progress)"
+                )
+            await asyncio.sleep(LEADER_POLL_S)
 
     def split_partitions(
         self, queue: str, partitions: int, skip: Collection[int] = ()

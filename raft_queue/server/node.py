@@ -141,6 +141,7 @@ class Node:
             link_key=self.raft_link_key,
         )
         replica.on_failed = self.disk.replica_failed
+        replica.pre_vote = self.config.raft.pre_vote  # replication/prevote.py
         # Assigned before the host drives it: replay may apply committed entries
         # (and call _on_metadata_change) before start() gets the return value.
         self.metadata = replica
@@ -460,6 +461,7 @@ class Node:
         bound_replica(replica, self.config)
         replica.set_probe(metrics.probe_for(key.queue, key.partition))
         replica.on_failed = self.disk.replica_failed
+        replica.pre_vote = self.config.raft.pre_vote  # replication/prevote.py
         self.host.add(replica)
         return replica
 

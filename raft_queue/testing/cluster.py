@@ -326,7 +326,7 @@ class LocalCluster:
                 f"controllers = [{', '.join(controllers)}]",
                 "",
                 "[raft]",
-                *(f"{k} = {v!r}" for k, v in raft.items()),
+                *(f"{k} = {_toml(v)}" for k, v in raft.items()),
                 *(["", "[cluster]"] if self.cluster_tuning else []),
                 *(f"{k} = {_toml(v)}" for k, v in self.cluster_tuning.items()),
                 *(["", "[limits]"] if self.limits else []),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 import re
+import socket
 import threading
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -607,6 +608,37 @@ def test_dead_bootstrap_node_is_skipped(cluster, sleeps):
         assert c.get_queue("q").name == "q"
     assert len(cluster.calls_of("GetQueue")) == 2
     assert len(sleeps) == 1  # only the first call met the dead node
+
+
+def test_after_its_leader_fails_the_next_send_learns_the_new_leader(sleeps):
+    # Failover: the send that meets the dead leader is re-routed through the
+    # bootstrap node (which forwards); the next one asks GetPartitions again
+    # and goes straight to the new leader, not through the bootstrap node.
+    with FakeCluster(nodes=3) as cluster:
+        cluster.add_queue("q", leaders=[1])
+        with Client(cluster.addresses[0], sleep=sleeps.append) as c:
+            c.partitions("q")
+            cluster.leaders[("q", 0)] = 2
+            cluster.fail("Send", errors.Unavailable("connection refused"), node=1)
+            c.send("q", b"a")
+            assert nodes_called(cluster, "Send") == [1, 0]
+            c.send("q", b"b")
+            assert nodes_called(cluster, "Send") == [1, 0, 2]
+            assert nodes_called(cluster, "GetPartitions") == [0, 0]
+
+
+def test_a_mute_node_costs_a_connect_timeout_not_the_calls_budget(cluster, sleeps):
+    # A node that accepts TCP but never speaks (a paused or wedged process):
+    # the first attempt gets the call's whole budget; had it waited for its
+    # deadline, no time would be left for the attempt on the next node.
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(16)
+        cluster.add_queue("q")
+        boot = [f"127.0.0.1:{mute.getsockname()[1]}", cluster.addresses[0]]
+        with Client(boot, timeout_s=3.0, sleep=sleeps.append) as c:
+            assert c.get_queue("q").name == "q"
+        assert len(cluster.calls_of("GetQueue")) == 1
 
 
 def test_receive_prefers_a_node_leading_the_queue(client, cluster):

@@ -205,6 +205,7 @@ def test_advertise_address_overrides_the_listen_address() -> None:
         ({"append_entries_batch_bytes": 100}, "raft.append_entries_batch_bytes"),
         ({"log_compaction_min_entries": 0}, "raft.log_compaction_min_entries"),
         ({"coalesce_heartbeats": 1}, "raft.coalesce_heartbeats"),
+        ({"pre_vote": "yes"}, "raft.pre_vote"),
     ],
 )
 def test_raft_tuning_rejects(changes: dict[str, Any], field: str) -> None:

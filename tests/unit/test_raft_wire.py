@@ -269,3 +269,42 @@ def test_frames_of_a_dropped_session_are_never_written() -> None:
     for _ in range(5):
         poller.poll(0.02)
     assert len(a.got) == before and a.alive
+
+
+def _age(conn: TcpConnection, seconds: float) -> None:
+    """As if ``conn`` had read nothing (and written nothing) for ``seconds``."""
+    conn._TcpConnection__lastReadTime -= seconds
+    conn.raftq_unanswered -= seconds
+
+
+def test_a_link_quiet_past_the_timeout_still_carries_a_vote_both_ways() -> None:
+    # The two followers of a group never talk until their leader dies; the
+    # vote request of that election must cross their quiet link (pysyncobj
+    # dropped it on the write, or on the read before reading it).
+    poller, d, a = link()
+    d.conn.send("127.0.0.1:7001")  # the greeting: no answer comes to it
+    pump(poller, lambda: len(a.got) == 1)
+    for end in (d, a):
+        _age(end.conn, 100.0)  # far past the 10 s connection timeout
+    vote = {"type": "request_vote", "term": 5, "last_log_index": 9, "last_log_term": 4}
+    d.conn.send(vote)
+    pump(poller, lambda: len(a.got) == 2)
+    assert a.got[-1] == vote
+    _age(a.conn, 100.0)
+    a.conn.send({"type": "response_vote", "term": 5})
+    pump(poller, lambda: len(d.got) == 1)
+    assert d.got == [{"type": "response_vote", "term": 5}]
+    assert d.alive and a.alive
+
+
+def test_a_peer_leaving_a_heartbeat_unanswered_past_the_timeout_is_dropped() -> None:
+    poller, d, a = link()
+    d.conn.send("127.0.0.1:7001")
+    a.conn.send({"type": "response_vote", "term": 4})  # both handshakes done
+    pump(poller, lambda: len(a.got) == 1 and len(d.got) == 1)
+    d.conn.send(HEARTBEAT)  # a live follower acks it
+    pump(poller, lambda: len(a.got) == 2)
+    assert d.conn.raftq_unanswered > d.conn._TcpConnection__lastReadTime, "no clock started"
+    _age(d.conn, 100.0)  # ...this one never did
+    d.conn.send(HEARTBEAT)
+    assert not d.alive
