@@ -38,6 +38,7 @@ from raft_queue.server.api.status import abort_with
 from raft_queue.server.api.usage import METERED
 
 if TYPE_CHECKING:
+    from raft_queue.server.control.metadata_barrier import MetadataBarrier
     from raft_queue.server.node import Node
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self._auth = authenticator
         self._audit = audit
         self.meter = meter
+        self.barrier: MetadataBarrier | None = None  # set by the node (main.py)
         self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
     async def intercept_service(
@@ -125,21 +127,41 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         PERMISSION_DENIED (audited). Keeps the caller's credential for
         forwarding (CALLER_AUTHORIZATION)."""
         authorization = _authorization(context)
-        try:
-            identity = self._auth.authenticate(authorization, VERIFIED_NODE.get())
-        except Unauthenticated as exc:
-            self._audit_line("", op, method, queue or "", "unauthenticated", context)
+        identity, refusal = self._judge(authorization, op, queue)
+        # Perhaps a grant or token this node's view has not applied yet
+        # (server/control/metadata_barrier.py): look again once caught up.
+        if (
+            refusal is not None
+            and authorization
+            and self.barrier is not None
+            and await self.barrier.catch_up()
+        ):
+            identity, refusal = self._judge(authorization, op, queue)
+        if refusal is not None:
+            name = identity.name if identity is not None else ""
+            denied = identity is not None
+            self._audit_line(
+                name, op, method, queue or "", "denied" if denied else "unauthenticated", context
+            )
             if self.meter is not None:
-                self.meter.rejected_auth("", queue or "")
-            await abort_with(context, exc)
-        if queue is not None and not identity.allows(op, queue):
-            self._audit_line(identity.name, op, method, queue, "denied", context)
-            if self.meter is not None:
-                self.meter.rejected_auth(identity.name, queue)
-            await abort_with(context, _denied(identity, op, queue))
+                self.meter.rejected_auth(name, queue or "")
+            await abort_with(context, refusal)
+        assert identity is not None
         CALLER_AUTHORIZATION.set(authorization)
         CALLER_PRINCIPAL.set(identity.name)
         return identity
+
+    def _judge(
+        self, authorization: str | None, op: str, queue: str | None
+    ) -> tuple[Identity | None, QueueError | None]:
+        """(identity, None) when admitted; else (identity or None, the refusal)."""
+        try:
+            identity = self._auth.authenticate(authorization, VERIFIED_NODE.get())
+        except Unauthenticated as exc:
+            return None, exc
+        if queue is not None and not identity.allows(op, queue):
+            return identity, _denied(identity, op, queue)
+        return identity, None
 
     # ---- wrapping --------------------------------------------------------------------
     def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
