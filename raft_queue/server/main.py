@@ -31,7 +31,7 @@ from raft_queue._proto.raft_queue.v1 import (
     queue_pb2,
     queue_pb2_grpc,
 )
-from raft_queue.observability import logs
+from raft_queue.observability import logs, memtrace
 from raft_queue.observability.node import NodeObservability
 from raft_queue.security.files import private_files
 from raft_queue.security.keyring import load_key_provider
@@ -72,7 +72,13 @@ def _dial_from_env() -> Callable[[str], str | None]:
 # container objects (CPython's default is 700). A node allocates in bursts
 # (gRPC messages, protobufs, Raft messages): at 700, young collections ran
 # hundreds of times a second and took up to ~8 ms each on this machine.
-GC_GEN0_THRESHOLD = 50_000
+# It is also the most cyclic garbage a node holds: grpc.aio's server leaves
+# every call in a reference cycle (5 objects and more, its
+# ``_find_method_handler`` closure), which only a collection frees. At
+# 50,000 a young collection came every ~110 s under the soak's load, with
+# ~37,000 dead objects, and RSS grew 1.7 MiB/min; at 5,000 one comes every
+# ~7 s and takes 2-4 ms (docs/reliability.md, "Soak").
+GC_GEN0_THRESHOLD = 5_000
 
 
 def tune_gc() -> None:
@@ -150,6 +156,7 @@ async def serve(config: config_mod.NodeConfig) -> None:
     # not a voter, or added or removed as one (server/control/controllers.py).
     tasks.append(asyncio.create_task(follow_metadata(cluster)))
     tune_gc()
+    memtrace.start_from_env()  # RAFTQ_TRACEMALLOC=<s>: a debug switch, off by default
     secure = " (TLS)" if tls.enabled else ""
     log.info("node %s serving gRPC%s on %s", node.id, secure, node.address)
     page = f"; status page http://{observe.address}/" if observe.address else ""
