@@ -14,8 +14,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,19 +33,9 @@ KEYS = [f"key-{i}" for i in range(12)]
 
 
 @pytest.fixture
-def three(tmp_path: Path) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path / "cluster", nodes=3)
-    c.start()
-    try:
-        c.wait_ready(60)
-        yield c
-    except BaseException:
-        for i in range(c.nodes):
-            print(f"--- n{i + 1} log tail ---")
-            print("\n".join(c.log_path(i).read_text(errors="replace").splitlines()[-40:]))
-        raise
-    finally:
-        c.stop()
+def three(cluster: LocalCluster) -> LocalCluster:
+    """A fresh 3-node cluster per test (conftest's ``cluster``)."""
+    return cluster
 
 
 def cli(cluster: LocalCluster, *args: str) -> Any:
