@@ -52,18 +52,22 @@ def nats_round(out: Path, workloads: str, quiet_wait: float) -> None:
         subprocess.run([str(PEERS / "stop_nats_cluster.sh")], check=False)
 
 
-def raftq_round(out: Path, workloads: str, quiet_wait: float, base_port: int) -> None:
+def raftq_round(
+    out: Path, workloads: str, quiet_wait: float, base_port: int, opts: tuple[str, ...] = ()
+) -> None:
     fds: list[int] = []
     if not base_port:  # ports no LocalCluster of another process takes meanwhile
         base_port, fds = reserve_ports(DEV_UP_PORTS)
     try:
-        _raftq_round(out, workloads, quiet_wait, base_port)
+        _raftq_round(out, workloads, quiet_wait, base_port, opts)
     finally:
         for fd in fds:
             os.close(fd)
 
 
-def _raftq_round(out: Path, workloads: str, quiet_wait: float, base_port: int) -> None:
+def _raftq_round(
+    out: Path, workloads: str, quiet_wait: float, base_port: int, opts: tuple[str, ...]
+) -> None:
     data = Path(f"/tmp/raftq-peer-{base_port}")
     shutil.rmtree(data, ignore_errors=True)
     raftq = Path(sys.executable).with_name("raftq")
@@ -75,7 +79,8 @@ def _raftq_round(out: Path, workloads: str, quiet_wait: float, base_port: int) -
         _wait_ready(up, data)
         target = ",".join(f"127.0.0.1:{base_port + i}" for i in (1, 2, 3))
         args = ["--label", "raft_queue", "--peer", ADAPTER, "--workloads", workloads,
-                "--opt", f"target={target}", "--opt", f"cluster_dir={data}"]  # fmt: skip
+                "--opt", f"target={target}", "--opt", f"cluster_dir={data}",
+                *(x for o in opts for x in ("--opt", o))]  # fmt: skip
         loadgen(sys.executable, args, out, quiet_wait)
     finally:
         os.killpg(up.pid, signal.SIGINT)
@@ -162,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quiet-wait", type=float, default=120.0)
     ap.add_argument("--base-port", type=int, default=0, help="0: a reserved free block")
     ap.add_argument("--only", choices=("nats", "raft_queue"), help="one system only")
+    ap.add_argument("--opt", action="append", default=[], metavar="K=V",
+                    help="an adapter option for raft_queue (e.g. ack=sync)")  # fmt: skip
     ap.add_argument("--summarize", action="store_true", help="only print the table of --out")
     a = ap.parse_args(argv)
     out = Path(a.out)
@@ -171,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             if a.only != "raft_queue":
                 nats_round(out / "nats.jsonl", a.workloads, a.quiet_wait)
             if a.only != "nats":
-                raftq_round(out / "raft_queue.jsonl", a.workloads, a.quiet_wait, a.base_port)
+                raftq_round(out / "raft_queue.jsonl", a.workloads, a.quiet_wait, a.base_port, a.opt)
             print(f"round {i + 1}/{a.rounds} done", file=sys.stderr)
     print(table(rows(sorted(out.glob("*.jsonl")))))
     return 0
