@@ -25,7 +25,7 @@ $RAFTQ_TOKEN, else ``cluster_dir``/admin.token, which ``raftq dev up`` writes);
 of the NATS and RabbitMQ adapters' ``msg.ack()`` / ``basic_ack``: the acks
 ride the next receive, or leave within 10 ms, or at close) or ``sync``
 (each consume waits for its ack's Raft commit, as before); ``prefetch``
-(1, default: on; 0: off): receive ahead, as the NATS adapter's push
+(0, default: off; 1: on): receive ahead, as the NATS adapter's push
 consumer and RabbitMQ's prefetch do within the harness's consumer window:
 each consume returns the batch already received and sends the next
 Receive, which carries this batch's acks (``ReceiveRequest.ack``: one
@@ -70,7 +70,10 @@ class RaftQueueAdapter:
         self.pids = [int(x) for x in str(opts.get("pids", "")).split(",") if x.strip()]
         self.cluster_dir = str(opts.get("cluster_dir", ""))
         self.opts_token = str(opts.get("token", ""))
-        self.prefetch = str(opts.get("prefetch", "1")) not in ("0", "false", "no")
+        # Off by default: measured on a quiet machine (docs/benchmarks.md, "Same
+        # run as NATS"), receiving ahead gave W3 nothing (44.1k vs 42.3k msgs/s)
+        # and tripled W4's p99 (52 vs 13.6 ms).
+        self.prefetch = str(opts.get("prefetch", "0")) not in ("0", "false", "no")
         self._ahead: Future[Received] | None = None  # the Receive sent ahead (prefetch)
         self._receiver: ThreadPoolExecutor | None = None
         self.ack_mode = str(opts.get("ack", "background"))

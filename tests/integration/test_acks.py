@@ -222,7 +222,9 @@ def test_a_consumer_with_background_acks_handles_and_acks_every_message(
 def test_the_peer_adapter_acks_what_it_returned_and_gives_back_what_it_received_ahead(
     cluster: LocalCluster,
 ) -> None:
-    adapter = RaftQueueAdapter("pb_acks", target=cluster.bootstrap, token=cluster.token)
+    adapter = RaftQueueAdapter(
+        "pb_acks", target=cluster.bootstrap, token=cluster.token, prefetch="1"
+    )
     adapter.connect()
     adapter.reset()
     adapter.publish_batch([b"p%02d" % i for i in range(10)])
