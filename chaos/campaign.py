@@ -288,7 +288,9 @@ def collect_digests(
             continue
         digests, applied = defaultdict(dict), defaultdict(set)
         for r in replicas:
-            digests[r.partition][r.node] = r.digest
+            # The applied index rides along: a replica left behind shows as
+            # behind, one that differs at the same index as diverged.
+            digests[r.partition][r.node] = f"{r.digest}@{r.last_applied}"
             applied[r.partition].add(r.last_applied)
         if all(
             len(d) == replication and len(set(d.values())) == 1 and len(applied[p]) == 1

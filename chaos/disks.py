@@ -65,6 +65,10 @@ class Tmpfs:
 
     def close(self) -> None:
         if self.mounted:
+            # What the node left, kept beside it for a failed run's evidence
+            # (the campaign deletes the whole run directory when it passes).
+            with contextlib.suppress(Exception):
+                shutil.copytree(self.path, self.path.with_name(self.path.name + ".tmpfs-copy"))
             with contextlib.suppress(Exception):
                 _run("umount", "-l", str(self.path))
             self.mounted = False

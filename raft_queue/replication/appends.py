@@ -129,7 +129,18 @@ class AppendEntriesFixes(SyncObj):
             self._on_append_entries(node, message)
             self._wake(before)
             return
+        if (
+            kind == "append_entries"
+            and "serialized" in message
+            and message["term"] >= self._SyncObj__raftCurrentTerm
+        ):
+            self._on_snapshot_chunk(node, message)
+            self._on_activity()
+            return
         if kind == "next_node_idx" and self._SyncObj__raftState == _RAFT_STATE.LEADER:
+            term = self._SyncObj__raftCurrentTerm
+            if message.get("term", term) != term:
+                return  # an ack of an earlier term (codec.py, tag 14): not ours
             _stage("s.ack_rx")
             before = self._SyncObj__raftMatchIndex.get(node)
             SyncObj._SyncObj__onMessageReceived(self, node, message)
@@ -200,6 +211,36 @@ class AppendEntriesFixes(SyncObj):
         if commit > self._SyncObj__raftCommitIndex:
             self._SyncObj__raftCommitIndex = commit
             self._SyncObj__raftLog.setRaftCommitIndex(commit)
+
+    def _on_snapshot_chunk(self, node: Any, message: dict[str, Any]) -> None:
+        """A chunk of the leader's snapshot (pysyncobj's install path, fixed):
+
+        * pysyncobj moved the commit index to min(leader's, our last index)
+          on EVERY chunk, though a chunk proves nothing about our log: a
+          follower holding uncommitted entries of an old term applied them
+          (the leader's commit index covered their indexes) until the
+          install replaced its state;
+        * a snapshot that failed to load (pysyncobj logs it and goes on)
+          was acknowledged as installed, "success" with our unchanged last
+          index + 1, and the leader counted our stale entries as copies of
+          its own: a commit without a quorum. Now the install is answered
+          with a reset and the leader sends the snapshot again.
+        """
+        self._follow(node, message)
+        self._SyncObj__leaderCommitIndex = message["commit_index"]
+        chunk = message.get("serialized")
+        if not chunk or not self._SyncObj__serializer.setTransmissionData(chunk):
+            return  # more chunks to come
+        if not self.install_received_snapshot():
+            log.error("%s: the snapshot received could not be loaded", self._SyncObj__selfNode)
+            self._SyncObj__sendNextNodeIdx(node, success=False, reset=True)
+            return
+        # The log is now [.., snapshot's last entry]: committed (the leader
+        # snapshots only what it applied), and nothing beyond it.
+        last = self._SyncObj__getCurrentLogIndex()
+        self._SyncObj__raftCommitIndex = last
+        self._SyncObj__raftLog.setRaftCommitIndex(last)
+        self._SyncObj__sendNextNodeIdx(node, success=True)
 
     def _merge_entries(self, entries: list[tuple[bytes, int, int]]) -> None:
         """Append ``entries`` after the matching prefix; truncate only from the

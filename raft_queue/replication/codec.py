@@ -36,6 +36,12 @@ error. The types (tag: message):
   refused (leader str, member str).
 - 12 pre_vote (prevote.py): term, last_log_index, last_log_term.
 - 13 pre_vote_response: term, granted flag.
+- 14 next_node_idx with a term (raft.py ``_SyncObj__sendNextNodeIdx``):
+  next_node_idx, reset, success, term. pysyncobj's ack (6) names no term,
+  so a leader counted an ack of an earlier term (delayed on a slow link
+  across two elections) as if it answered its own AppendEntries; the
+  leader ignores one whose term is not its own (appends.py). A message
+  without "term" is still sent as 6 (pysyncobj's own, and older peers).
 
 pysyncobj's chunked "transmission" AppendEntries is not encoded: raft.py
 never sends it (appends.py) and a peer that does is not a raft_queue peer.
@@ -61,10 +67,11 @@ _QQQ = struct.Struct(">qqq")
 _QQQQ = struct.Struct(">qqqq")
 _ENTRY = struct.Struct(">Iqq")  # command length, index, term
 _NEXT = struct.Struct(">qBB")
+_NEXT_TERM = struct.Struct(">qBBq")
 
 GREETING, REQUEST_VOTE, RESPONSE_VOTE, APPEND, SNAPSHOT = 1, 2, 3, 4, 5
 NEXT_NODE_IDX, TIMEOUT_NOW, APPLY_COMMAND, APPLY_RESPONSE, HB_BATCH, HB_ACK = 6, 7, 8, 9, 10, 11
-PRE_VOTE, PRE_VOTE_RESPONSE = 12, 13
+PRE_VOTE, PRE_VOTE_RESPONSE, NEXT_NODE_IDX_TERM = 12, 13, 14
 MAX_ADDRESS_BYTES = 1024
 
 
@@ -146,9 +153,10 @@ def _enc_dict(m: dict[str, Any]) -> bytes:
             raise CodecError("chunked append_entries has no encoding")
         return _enc_append(m)
     if kind == "next_node_idx":
-        return bytes((NEXT_NODE_IDX,)) + _NEXT.pack(
-            m["next_node_idx"], bool(m["reset"]), bool(m["success"])
-        )
+        fields = (m["next_node_idx"], bool(m["reset"]), bool(m["success"]))
+        if "term" in m:
+            return bytes((NEXT_NODE_IDX_TERM,)) + _NEXT_TERM.pack(*fields, m["term"])
+        return bytes((NEXT_NODE_IDX,)) + _NEXT.pack(*fields)
     if kind in ("request_vote", "pre_vote"):
         body = _QQQ.pack(m["term"], m["last_log_index"], m["last_log_term"])
         return bytes((REQUEST_VOTE if kind == "request_vote" else PRE_VOTE,)) + body
@@ -280,6 +288,15 @@ def _dec_pre_vote_response(r: _Reader) -> dict[str, Any]:
 
 def _dec_next(r: _Reader) -> dict[str, Any]:
     nxt, reset, success = r.unpack(_NEXT)
+    return _next(nxt, reset, success)
+
+
+def _dec_next_term(r: _Reader) -> dict[str, Any]:
+    nxt, reset, success, term = r.unpack(_NEXT_TERM)
+    return {**_next(nxt, reset, success), "term": term}
+
+
+def _next(nxt: int, reset: int, success: int) -> dict[str, Any]:
     if reset > 1 or success > 1:
         raise CodecError("flag byte")
     return {
@@ -330,6 +347,7 @@ _DECODERS: dict[int, Callable[[_Reader], Any]] = {
     APPEND: _dec_append,
     SNAPSHOT: _dec_snapshot,
     NEXT_NODE_IDX: _dec_next,
+    NEXT_NODE_IDX_TERM: _dec_next_term,
     TIMEOUT_NOW: lambda r: {"type": "timeout_now", "term": r.i64()},
     APPLY_COMMAND: _dec_apply,
     APPLY_RESPONSE: _dec_apply_response,

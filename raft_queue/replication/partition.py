@@ -377,8 +377,14 @@ class PartitionReplica(ReplicatedGroup):
     def _deserialize(self, path: str) -> Any:
         meta, image_len = self.snapshot_meta(path)
         snap_index = meta[0][1]
-        if self.store.last_applied() >= snap_index:
+        if self._loading_at_start and self.store.last_applied() >= snap_index:
             return meta  # restart: our LMDB is already at or past the snapshot
+        # A snapshot received from a leader is always restored, even behind
+        # what our LMDB applied: what a follower applied beyond a leader's
+        # snapshot is not known to be the leader's (pysyncobj committed a
+        # follower's stale entries on a snapshot chunk, appends.py), and
+        # keeping it made that state permanent: the follower then led and
+        # served it (a chaos campaign lost acked sends to it).
         image = path + ".image"
         try:
             snapshot.extract_image(path, image_len, image)

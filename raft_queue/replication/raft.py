@@ -41,6 +41,20 @@ has no wire encoding at all.
    never unpickled. A journal holding entries of the old (pickle) format
    is refused at open.
 
+7. A snapshot chunk commits nothing of the follower's own log (pysyncobj
+   set commit = min(leader's commit, our last index) on every chunk, so a
+   follower applied uncommitted entries of an old term), and a received
+   snapshot that fails to load is answered with a reset, not acknowledged
+   as installed (pysyncobj logged the error and acknowledged "success"
+   with the follower's unchanged log, which the leader counted as copies
+   of its own entries): ``_on_snapshot_chunk`` in appends.py. A received
+   snapshot is always restored, even behind what the follower's LMDB
+   applied (partition.py).
+8. An ack names its term (``_SyncObj__sendNextNodeIdx``, codec tag 14) and
+   a leader ignores one of another term: pysyncobj's ack had none, and one
+   delayed across two elections set the match index of a leader whose log
+   had changed meanwhile (seen in raft_queue/testing/raftsim.py).
+
 Elections: pre-vote and prompt elections after a leader's link drops
 (``prevote.py``; pysyncobj has neither).
 
@@ -214,6 +228,7 @@ class SafeSyncObj(AppendEntriesFixes, PreVote, TickFixes):
     """
 
     syncer: SyncThreads | None = None
+    _dump_failed = False  # the last snapshot load raised (see _timed_snapshots)
     # Metrics (observability/metrics.py): a RaftProbe once the node names the group.
     probe: Any = NULL_PROBE
 
@@ -296,7 +311,14 @@ class SafeSyncObj(AppendEntriesFixes, PreVote, TickFixes):
 
             def timed_read(path: str) -> Any:
                 start = time.monotonic()
-                out = read(path)
+                try:
+                    out = read(path)
+                except Exception:
+                    # pysyncobj logs it and carries on as if loaded; a
+                    # received snapshot must then not be acknowledged
+                    # (appends.py, _on_snapshot_chunk).
+                    self._dump_failed = True
+                    raise
                 if not self._loading_at_start:
                     self.probe.snapshot("install", time.monotonic() - start)
                 return out
@@ -424,6 +446,40 @@ class SafeSyncObj(AppendEntriesFixes, PreVote, TickFixes):
         self.flush_durable()  # acks a completed sync allows; own copy counted up to it
         self._raft_tick()
         self.flush_durable()  # begin the sync of entries appended this tick
+
+    def _SyncObj__sendNextNodeIdx(  # noqa: N802
+        self,
+        node: Any,
+        reset: bool = False,
+        nextNodeIdx: int | None = None,  # noqa: N803
+        success: bool = False,
+    ) -> None:
+        """pysyncobj's ack (``next_node_idx``), naming the term of the
+        AppendEntries it answers: a pending ack is sent only in the term it
+        was made in (``_send_synced_acks``), any other right after the
+        handler adopted the message's term. The leader ignores an ack of
+        another term (appends.py). Without pre-vote (``raft.pre_vote`` off
+        while upgrading from a version that lacks both) the ack has no term,
+        as pysyncobj's."""
+        if nextNodeIdx is None:
+            nextNodeIdx = self._SyncObj__getCurrentLogIndex() + 1
+        message = {
+            "type": "next_node_idx",
+            "next_node_idx": nextNodeIdx,
+            "reset": reset,
+            "success": success,
+        }
+        if self.pre_vote:
+            message["term"] = self._SyncObj__raftCurrentTerm
+        self._SyncObj__transport.send(node, message)
+
+    def install_received_snapshot(self) -> bool:
+        """Load the snapshot a leader finished sending (pysyncobj's load,
+        journal cleared); False if it could not be loaded (pysyncobj logged
+        why and left log and state as they were)."""
+        self._dump_failed = False
+        self._SyncObj__loadDumpFile(clearJournal=True)
+        return not self._dump_failed
 
     def _SyncObj__onBecomeLeader(self) -> None:  # noqa: N802
         # The new leader appends a no-op; it counts once synced (ticks.py).

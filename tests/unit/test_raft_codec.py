@@ -45,6 +45,7 @@ MESSAGES = st.one_of(
         serialized=st.one_of(st.none(), st.tuples(blob, st.booleans(), st.booleans())),
     ),
     msg("next_node_idx", next_node_idx=i64, reset=st.booleans(), success=st.booleans()),
+    msg("next_node_idx", next_node_idx=i64, reset=st.booleans(), success=st.booleans(), term=i64),
     msg("apply_command", command=blob),
     msg("apply_command", command=blob, request_id=i64),
     msg("apply_command_response", request_id=i64, error=i64),

@@ -300,3 +300,83 @@ def test_hazard6_chunked_entries_are_never_unpickled(impl: str, tmp_path: Any) -
         with contextlib.suppress(Exception):
             feed(obj, leader, message)
     assert not target.exists(), "a chunk was unpickled"
+
+
+def snapshot_chunk(data: bytes, first: bool, last: bool, commit: int, term: int = 1) -> dict:
+    return {
+        "type": "append_entries",
+        "term": term,
+        "commit_index": commit,
+        "serialized": (data, first, last),
+    }
+
+
+def snapshot_follower(impl: str, tmp_path: Any, deserializer: Callable[[str], Any]) -> Any:
+    conf = make_conf(
+        journal_file=None,
+        dump_file=str(tmp_path / "dump"),
+        election_timeout_min_s=5,
+        election_timeout_max_s=10,
+        serializer=lambda path, data: None,
+        deserializer=deserializer,
+    )
+    return make_obj(impl, [addr()], conf)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_hazard7_a_snapshot_chunk_commits_none_of_our_entries(impl: str, tmp_path: Any) -> None:
+    # pysyncobj set commit = min(leader's commit, our last index) on every
+    # snapshot chunk: a follower applied uncommitted entries of an old term
+    # that the leader's log does not hold, because their indexes were below
+    # the leader's commit index. A chunk proves nothing about our log.
+    obj = snapshot_follower(impl, tmp_path, lambda path: None)
+    wire(obj)
+    leader = leader_node(obj)
+    feed(obj, leader, append_entries(1, 0, [entry(2), entry(3), entry(4)]))
+    assert obj._SyncObj__raftCommitIndex <= 1
+    feed(obj, leader, snapshot_chunk(b"part", first=True, last=False, commit=50, term=2))
+    assert obj._SyncObj__raftCommitIndex <= 1, "a snapshot chunk committed our stale entries"
+    assert obj.raftLastApplied <= 1
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_hazard8_a_snapshot_that_fails_to_load_is_not_acknowledged(
+    impl: str, tmp_path: Any
+) -> None:
+    # pysyncobj logs a snapshot that fails to load (here: a corrupt image)
+    # and acknowledges it anyway, "success" with its own last index + 1:
+    # the leader then counts the follower's unrelated entries as copies of
+    # its own, and commits without a quorum.
+    def broken(path: str) -> Any:
+        raise ValueError("corrupt snapshot image")
+
+    obj = snapshot_follower(impl, tmp_path, broken)
+    rec = wire(obj)
+    leader = leader_node(obj)
+    feed(obj, leader, append_entries(1, 0, [entry(2), entry(3), entry(4)], term=1))
+    rec.sent.clear()
+    feed(obj, leader, snapshot_chunk(b"image", first=True, last=True, commit=40, term=2))
+    acks = [m for m in rec.sent if m["type"] == "next_node_idx"]
+    assert not [m for m in acks if m["success"]], f"a failed install was acknowledged: {acks}"
+    assert obj._SyncObj__raftCommitIndex <= 1
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_hazard9_a_leader_ignores_acks_of_an_earlier_term(impl: str) -> None:
+    # pysyncobj's ack names no term: one delayed across two elections (a
+    # slow link) set the match index of a leader whose log had changed in
+    # between. Measured in raft_queue/testing/raftsim.py: such acks arrive.
+    obj = make_obj(impl, [addr(), addr()])
+    rec = wire(obj)
+    follower = leader_node(obj)
+    obj._SyncObj__setCurrentTerm(3, None)
+    obj._SyncObj__onBecomeLeader()
+    assert obj._isLeader()
+    for i in range(2, 6):
+        obj._SyncObj__raftLog.add(b"\x00\xa2cmd%d" % i, i, 3)
+    rec.sent.clear()
+    stale = {"type": "next_node_idx", "next_node_idx": 6, "reset": False, "success": True}
+    if impl == PATCHED:
+        stale["term"] = 2
+    feed(obj, follower, stale)
+    assert obj._SyncObj__raftMatchIndex[follower] == 0, "an ack of term 2 was counted in term 3"
