@@ -7,30 +7,33 @@ next copy). Right after a restart it is further behind: a voter's view is its
 snapshot until a leader tells it the commit index (which pysyncobj keeps
 volatile, replication/journal.py), and a new leader's lacks what earlier
 terms committed until its own first entry applies (Raft section 8). So a
-view that lacks something proves nothing by itself. Two doors look twice:
+view that lacks something proves nothing by itself.
 
-- the token door (``catch_up``): before it refuses a credential it does not
-  know, or an operation the caller holds no grant for, it catches up and
-  looks once more (``AuthInterceptor._admit``); the leader away, it refuses
-  on what it knows;
+One rule (``vouch``): before a node answers from a lack in its view, it
+vouches that its view holds every change the metadata leader had committed
+when asked: it asks the leader for its version (one small signed call, no
+image; the leader answers ``leader_ready`` once its own term's first entry
+applied) and waits until its view has it. When it cannot (no leader known,
+the leader unreachable or still catching up itself, the view not caught up
+within ``timeout_s``) it answers UNAVAILABLE naming why, which clients
+retry: never a final answer that may be false. Used by
+
 - "does not exist" (``vouch_miss``): a NotFound read from the view
   (``errors.NotFound.found_now`` set, e.g. ``Node.queue_spec``) becomes
-  NOT_FOUND only once this node vouched that its view holds every change the
-  leader had committed when asked; when it cannot (no leader known, the
-  leader unreachable or still catching up itself, the view not caught up
-  within ``timeout_s``) the answer is UNAVAILABLE naming why, which clients
-  retry, never a NOT_FOUND that may be false. If the thing turns up while
-  catching up, the answer is UNAVAILABLE too (retry: it is there now).
+  NOT_FOUND only once vouched for; if the thing turns up while catching up,
+  the answer is UNAVAILABLE too (retry: it is there now);
+- the token door (``AuthInterceptor._admit``): before it refuses a
+  credential it does not know, or an operation the caller holds no grant
+  for, it vouches and looks once more;
+- a metadata leader deciding from its view (``Queues.create``);
+- readiness (observability/health.py): not ready until vouched once.
 
-Both ask the leader for its version (one small signed call, no image) and
-wait until this node's view has it. Only misses and refusals pay this; a
-found queue pays nothing.
+Only misses and refusals pay this; a found queue pays nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -40,8 +43,6 @@ from raft_queue._proto.raft_queue.v1 import admin_pb2
 if TYPE_CHECKING:
     from raft_queue.server.node import Node
     from raft_queue.server.peers import Peers
-
-log = logging.getLogger(__name__)
 
 NO_IMAGE = 2**64 - 1  # a known_version no view reaches: the answer leaves the image out
 BEHIND = "this node's metadata view may be behind (e.g. just after a restart)"
@@ -59,33 +60,6 @@ class MetadataBarrier:
         self.peers = peers
         self.timeout_s = timeout_s
         self.poll_s = poll_s
-        self._running: asyncio.Task[bool] | None = None
-
-    # ---- the token door --------------------------------------------------------------------
-    async def catch_up(self) -> bool:
-        """True if this node's view advanced to the leader's version as it was
-        when asked (then a refusal is worth a second look)."""
-        if self._running is None or self._running.done():
-            self._running = asyncio.ensure_future(self._catch_up())
-        return await asyncio.shield(self._running)
-
-    async def _catch_up(self) -> bool:
-        node = self.node
-        if node.metadata is not None and node.metadata.is_leader():
-            return False  # the leader's view is the newest there is
-        address = node.metadata_leader_address()
-        if not address or address == node.address:
-            return False
-        start = node.view.version
-        try:
-            answer = await self._ask(address)
-        except Exception as exc:  # the leader is away: refuse on what we know
-            log.debug("metadata barrier: %s", exc)
-            return False
-        if answer.version <= start:
-            return False
-        await self._until(lambda: node.view.version >= answer.version)
-        return node.view.version > start
 
     # ---- "does not exist" ------------------------------------------------------------------
     async def vouch_miss(self, exc: errors.NotFound) -> errors.QueueError:
@@ -137,7 +111,7 @@ class MetadataBarrier:
                 "still catching up, retry"
             )
 
-    # ---- both ---------------------------------------------------------------------------------
+    # ---- helpers ------------------------------------------------------------------------------
     async def _ask(self, address: str) -> Any:
         request = admin_pb2.GetMetadataRequest(known_version=NO_IMAGE)
         return await self.peers.node(address).GetMetadata(request, timeout=self.timeout_s)
