@@ -9,6 +9,8 @@ enter (``raise ... from exc``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class QueueError(Exception):
     """Base of every deliberate error. ``retryable``: a retry may succeed."""
@@ -34,6 +36,12 @@ class ConfigError(InvalidArgument):
 
 class NotFound(QueueError):
     """The named queue, partition, node or message does not exist."""
+
+    # Set (server side) when the miss was read from this node's metadata view,
+    # which may be behind its leader: how to look again once caught up. The
+    # server answers NOT_FOUND only after vouching for the view
+    # (server/control/metadata_barrier.py); never sent over the wire.
+    found_now: Callable[[], bool] | None = None
 
 
 class AlreadyExists(QueueError):

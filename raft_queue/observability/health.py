@@ -7,6 +7,15 @@ A node is *alive* (``/healthz``) while its event loop answers. It is *ready*
   metadata replica leads with quorum contact, or follows a leader heard from
   within ``health.quorum_timeout_s`` (replication/raft.py ``in_contact``). A
   non-voter: its last metadata poll reached a voter that knew a leader.
+- ``metadata_caught_up``: since it started, its metadata view once held
+  every change the metadata leader had committed (server/control/
+  metadata_barrier.py ``vouch``: the leader's version, asked; a leader:
+  its own term's first entry applied). After a restart a view is only the
+  snapshot until a leader gives the commit index, and a node that served
+  then would not know queues it knew before; so a node is not ready
+  before its view caught up with everything it had applied before the
+  restart (its journal), and stays ready once it has (later lags are
+  covered per request by the same barrier).
 - ``disk``: its data directory's file system is above the ``[storage]``
   watermark (server/control/disk.py: the same rule that refuses sends).
 - ``not_stopping``: it has not begun shutting down.
@@ -24,7 +33,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,20 +52,22 @@ class Verdict:
     disk: bool
     not_stopping: bool
     free_bytes: int
+    metadata_caught_up: bool = True
 
     @property
     def ready(self) -> bool:
-        return self.metadata_quorum and self.disk and self.not_stopping
+        return self.admin_ready and self.disk
 
     @property
     def admin_ready(self) -> bool:
-        return self.metadata_quorum and self.not_stopping
+        return self.metadata_quorum and self.metadata_caught_up and self.not_stopping
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "ready": self.ready,
             "checks": {
                 "metadata_quorum": self.metadata_quorum,
+                "metadata_caught_up": self.metadata_caught_up,
                 "disk": self.disk,
                 "not_stopping": self.not_stopping,
             },
@@ -63,10 +75,12 @@ class Verdict:
         }
 
 
-def judge(quorum: bool, disk_low: str, stopping: bool, free_bytes: int) -> Verdict:
+def judge(
+    quorum: bool, disk_low: str, stopping: bool, free_bytes: int, caught_up: bool = True
+) -> Verdict:
     """Pure: the verdict from what was observed (``disk_low``: why the disk
     is below the watermark, "" when it is not)."""
-    return Verdict(quorum, not disk_low, not stopping, free_bytes)
+    return Verdict(quorum, not disk_low, not stopping, free_bytes, caught_up)
 
 
 def metadata_quorum(node: Node, within_s: float) -> bool:
@@ -95,6 +109,7 @@ class HealthMonitor:
         services: tuple[str, str] = ("", ""),
         free: Callable[[str], int] = disk_free,
         disk_low: Callable[[], str] | None = None,
+        vouch: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.node = node
         self.config = config
@@ -104,14 +119,31 @@ class HealthMonitor:
         # Why the disk is below the watermark ("" if not): the node's DiskHealth.
         self.disk_low = disk_low or node.disk.check
         self.stopping = False
+        # Raises Unavailable until the metadata view caught up (None: no such check).
+        self.vouch = vouch
+        self.caught_up = vouch is None
+        self.started = time.monotonic()
         self.verdict = judge(False, "", False, 0)  # not ready until checked
         self._published: tuple[bool, bool] | None = None
 
     def check(self) -> Verdict:
         quorum = metadata_quorum(self.node, self.config.quorum_timeout_s)
         free = self.free(self.node.config.data_dir)
-        self.verdict = judge(quorum, self.disk_low(), self.stopping, free)
+        self.verdict = judge(quorum, self.disk_low(), self.stopping, free, self.caught_up)
         return self.verdict
+
+    async def catch_up(self) -> None:
+        """Once, after start: until the metadata view is vouched for (latched)."""
+        if self.caught_up or self.vouch is None:
+            return
+        try:
+            await self.vouch()
+        except Exception as exc:  # Unavailable: not yet; the next round asks again
+            log.debug("metadata not caught up yet: %s", exc)
+            return
+        self.caught_up = True
+        took = time.monotonic() - self.started
+        log.info("node %s metadata caught up %.2f s after start", self.node.id, took)
 
     async def publish(self) -> None:
         """Set the gRPC health statuses if the verdict changed."""
@@ -137,6 +169,7 @@ class HealthMonitor:
     async def run_forever(self) -> None:
         while True:
             try:
+                await self.catch_up()
                 self.check()
                 await self.publish()
             except Exception:  # the next round retries

@@ -49,7 +49,9 @@ class NodeObservability:
         """After the gRPC server started: health (sets the gRPC statuses at
         once), the collector, NodeStatus's extras, the HTTP listener."""
         node = cluster.node
-        self.health = HealthMonitor(node, self.config.health, servicer, services)
+        self.health = HealthMonitor(
+            node, self.config.health, servicer, services, vouch=cluster.barrier.vouch
+        )
         self.health.check()
         await self.health.publish()
         self._tasks.append(asyncio.create_task(self.health.run_forever()))

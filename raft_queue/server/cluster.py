@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2, queue_pb2
 from raft_queue.replication.partition import PartitionReplica
+from raft_queue.server.control.metadata_barrier import MetadataBarrier
 from raft_queue.server.dataplane.encryption import NodeCrypto
 from raft_queue.server.dataplane.receipts import Receipts
 from raft_queue.server.dataplane.wakeups import Wakeups
@@ -43,6 +44,8 @@ class Cluster:
         self.receipts = Receipts(node.secret)  # makes and checks receipt strings
         self.crypto = NodeCrypto(node)  # encryption at rest (server/dataplane/encryption.py)
         self._rr = itertools.count()
+        # Looks twice before "does not exist" or refusing a token (control/metadata_barrier.py).
+        self.barrier = MetadataBarrier(node, peers)
 
     @property
     def wakeups(self) -> Wakeups:

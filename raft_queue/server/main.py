@@ -46,7 +46,6 @@ from raft_queue.server.api.usage import UsageFlusher
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.control.housekeeping import Housekeeper
 from raft_queue.server.control.liveness import Liveness
-from raft_queue.server.control.metadata_barrier import MetadataBarrier
 from raft_queue.server.control.metadata_follower import follow_metadata
 from raft_queue.server.control.mover import Mover
 from raft_queue.server.control.operations import Operations
@@ -113,7 +112,7 @@ async def serve(config: config_mod.NodeConfig) -> None:
     signer = door.node_signer(secret, node.id)
     cluster = Cluster(node, Peers(dial, signer=signer, credentials=tls.channel_credentials()))
     tokens = door_for(node)
-    tokens.barrier = MetadataBarrier(node, cluster.peers)  # read your own grants anywhere
+    tokens.barrier = cluster.barrier  # read your own grants anywhere
     # The status page asks the same door: an admin token, or open when insecure.
     observe = NodeObservability(config, authorize=tokens.page_authorizer())
     # Outermost first: metrics see every answer, the doors' refusals included;

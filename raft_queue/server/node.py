@@ -39,6 +39,7 @@ from raft_queue.security.secret import RAFT_LINK, derive_key
 from raft_queue.server.api.convert import partition_config
 from raft_queue.server.control.controllers import load_role
 from raft_queue.server.control.disk import DiskHealth
+from raft_queue.server.control.metadata_barrier import view_miss
 from raft_queue.server.dataplane.bounds import bound_replica
 from raft_queue.server.dataplane.wakeups import Wakeups
 
@@ -209,6 +210,12 @@ class Node:
                 return nid
         return None
 
+    def metadata_leader_ready(self) -> bool:
+        """This node leads the metadata group and its view holds every change
+        committed so far (its own term's first entry applied, Raft section 8)."""
+        md = self.metadata
+        return md is not None and md.is_leader() and md.can_serve_leader_reads()
+
     def controller_addresses(self) -> dict[str, str]:
         """Every voter this node knows of (node id -> metadata Raft address):
         recorded, remembered and joining (a joining voter may already lead)."""
@@ -239,8 +246,9 @@ class Node:
     # ---- partitions ------------------------------------------------------------------------
     def queue_spec(self, name: str) -> Any:
         queue = self.view.queue(name)
-        if queue is None:
-            raise errors.NotFound(f"queue {name!r} does not exist")
+        if queue is None:  # may be behind: vouched for before it is answered
+            miss = errors.NotFound(f"queue {name!r} does not exist")
+            raise view_miss(miss, lambda: self.view.queue(name) is not None)
         return queue
 
     def replica(self, queue: str, partition: int) -> PartitionReplica | None:

@@ -450,7 +450,10 @@ class LocalCluster:
         )
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
-        """Until every running node is registered and answers ClusterStatus."""
+        """Until every running node is registered and answers ClusterStatus, and
+        says its AdminService is SERVING: it reaches the metadata quorum and,
+        since it started, its metadata view caught up with the leader's
+        (observability/health.py; after a restart: all it had applied before)."""
         deadline = time.monotonic() + timeout_s
         want = {self.specs[i].node_id for i in self.procs}
         last: Exception | None = None
@@ -462,12 +465,29 @@ class LocalCluster:
                 try:
                     status = client.cluster_status()
                     seen = {n.id for n in status.nodes}
-                    if want <= seen and not status.unreachable:
+                    if want <= seen and not status.unreachable and self._admin_serving(client):
                         return
                 except Exception as exc:  # not up yet
                     last = exc
                 time.sleep(0.2)
         raise TimeoutError(f"cluster not ready after {timeout_s}s (last error: {last})")
+
+    def _admin_serving(self, client: Any) -> bool:
+        """Every running node's gRPC health of AdminService is SERVING (not the
+        disk: tests fill disks on purpose)."""
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        from raft_queue._proto.raft_queue.v1 import admin_pb2
+
+        name = admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name
+        for i in self.procs:
+            channel = client._router._entry(self.specs[i].address)[0]
+            answer = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=name), timeout=3.0
+            )
+            if answer.status != health_pb2.HealthCheckResponse.SERVING:
+                return False
+        return True
 
     def log_path(self, i: int) -> Path:
         return self.specs[i].dir / "node.log"

@@ -185,7 +185,12 @@ def test_health_says_not_serving_below_the_disk_watermark(tmp_path: Path) -> Non
             urllib.request.urlopen(c.metrics_urls[0] + "/readyz", timeout=3)
         assert err.value.code == 503
         body = json.loads(err.value.read())
-        assert body["checks"] == {"metadata_quorum": True, "disk": False, "not_stopping": True}
+        assert body["checks"] == {
+            "metadata_quorum": True,
+            "metadata_caught_up": True,
+            "disk": False,
+            "not_stopping": True,
+        }
         assert urllib.request.urlopen(c.metrics_urls[0] + "/healthz", timeout=3).status == 200
     finally:
         c.stop()

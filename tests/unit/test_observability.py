@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from raft_queue import errors
 from raft_queue.config import HealthConfig
 from raft_queue.observability import logs, metrics
 from raft_queue.observability.health import HealthMonitor, judge
@@ -140,6 +141,37 @@ def test_monitor_flips_grpc_health_with_quorum_and_disk() -> None:
     assert step()[""] == serving
     asyncio.run(mon.shutting_down())
     assert servicer.status == {"": not_serving, "Q": not_serving, "A": not_serving}
+
+
+def test_not_ready_until_the_metadata_view_was_vouched_for_once() -> None:
+    """After a restart the view is only the snapshot until a leader gives the
+    commit index: not ready until the barrier vouched for it, then latched."""
+    from grpc_health.v1 import health_pb2
+
+    node, servicer = FakeNode(), FakeServicer()
+    answers: list[BaseException | None] = [errors.Unavailable("no leader yet"), None]
+    calls: list[int] = []
+
+    async def vouch() -> None:
+        calls.append(1)
+        answer = answers.pop(0) if answers else errors.Unavailable("would not matter now")
+        if answer is not None:
+            raise answer
+
+    mon = HealthMonitor(node, HealthConfig(), servicer, ("Q", "A"), free=lambda path: 10**12,
+                        disk_low=lambda: "", vouch=vouch)  # fmt: skip
+
+    def step() -> tuple[bool, bool, int]:
+        asyncio.run(mon.catch_up())
+        verdict = mon.check()
+        asyncio.run(mon.publish())
+        return verdict.ready, verdict.admin_ready, servicer.status[""]
+
+    not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+    assert step() == (False, False, not_serving)
+    assert mon.verdict.as_dict()["checks"]["metadata_caught_up"] is False
+    assert step() == (True, True, health_pb2.HealthCheckResponse.SERVING)
+    assert step()[0] and len(calls) == 2  # latched: asked no more
 
 
 def test_json_logs_carry_node_request_queue_and_partition() -> None:

@@ -3,6 +3,7 @@ the SDK's token lookup and the audit log (no network)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -184,3 +185,70 @@ def test_audit_events_also_go_through_the_node_log(tmp_path, caplog):
     events = [r.audit for r in caplog.records if r.name == AUDIT]
     assert events and events[0]["principal"] == "mallory" and events[0]["result"] == "denied"
     assert '"principal": "mallory"' in (tmp_path / "audit.log").read_text()
+
+
+class Context:
+    """A grpc.aio context with a bearer token; ``abort`` raises as grpc does."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self.aborted: tuple[object, str] | None = None
+
+    def invocation_metadata(self):
+        return (("authorization", bearer(self.token)),)
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:1"
+
+    async def abort(self, code, details, trailers=()):
+        self.aborted = (code, details)
+        raise RuntimeError("aborted")
+
+
+class Barrier:
+    """MetadataBarrier.vouch: applies ``then`` to the view (caught up), or raises."""
+
+    def __init__(self, then=None, error: BaseException | None = None) -> None:
+        self.then, self.error, self.calls = then, error, 0
+
+    async def vouch(self) -> None:
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+        if self.then is not None:
+            self.then()
+
+
+def test_the_token_door_refuses_only_a_view_it_vouched_for():
+    """A token the view lacks (written on the leader, or known before a
+    restart the view has not replayed yet): admitted once the barrier caught
+    up; UNAVAILABLE (retried) when it cannot vouch, never UNAUTHENTICATED."""
+    import asyncio
+
+    import grpc
+
+    from raft_queue.server.api.auth import AuthInterceptor
+
+    view, alice = View(), tokens.new_token()
+    door = AuthInterceptor(Authenticator(view, frozenset(), SECRET))
+
+    def admit(barrier: Barrier) -> Context:
+        door.barrier = barrier  # type: ignore[assignment]
+        ctx = Context(alice)
+        with contextlib.suppress(RuntimeError):
+            asyncio.run(door._admit("/raft_queue.v1.QueueService/Send", "send", "q", ctx))
+        return ctx
+
+    behind = admit(Barrier(error=errors.Unavailable("no metadata leader is known yet")))
+    assert behind.aborted is not None and behind.aborted[0] == grpc.StatusCode.UNAVAILABLE
+    caught_up = Barrier(then=lambda: (
+        view.m.apply(meta.CreatePrincipal("alice", tokens.token_hash(alice))),
+        view.m.apply(meta.GrantAccess("alice", "q", ("send",))),
+    ))  # fmt: skip
+    assert admit(caught_up).aborted is None and caught_up.calls == 1
+    stranger = Context(tokens.new_token())
+    door.barrier = Barrier()  # type: ignore[assignment]
+    with pytest.raises(RuntimeError):
+        asyncio.run(door._admit("/raft_queue.v1.QueueService/Send", "send", "q", stranger))
+    assert stranger.aborted is not None
+    assert stranger.aborted[0] == grpc.StatusCode.UNAUTHENTICATED  # vouched for: refused

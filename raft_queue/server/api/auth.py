@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from raft_queue.core import access
-from raft_queue.errors import PermissionDenied, QueueError, Unauthenticated
+from raft_queue.errors import PermissionDenied, QueueError, Unauthenticated, Unavailable
 from raft_queue.security.audit import AuditLog
 from raft_queue.security.identity import Authenticator, Identity
 from raft_queue.security.node_identity import VERIFIED_NODE
@@ -129,13 +129,15 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         authorization = _authorization(context)
         identity, refusal = self._judge(authorization, op, queue)
         # Perhaps a grant or token this node's view has not applied yet
-        # (server/control/metadata_barrier.py): look again once caught up.
-        if (
-            refusal is not None
-            and authorization
-            and self.barrier is not None
-            and await self.barrier.catch_up()
-        ):
+        # (server/control/metadata_barrier.py): look again once caught up;
+        # UNAVAILABLE (retried) when the view cannot be vouched for, never a
+        # refusal that may be false (as right after a restart).
+        if refusal is not None and authorization and self.barrier is not None:
+            try:
+                await self.barrier.vouch()
+            except Unavailable as why:
+                self._audit_line("", op, method, queue or "", "unavailable", context)
+                await abort_with(context, why)
             identity, refusal = self._judge(authorization, op, queue)
         if refusal is not None:
             name = identity.name if identity is not None else ""

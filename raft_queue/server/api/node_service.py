@@ -67,6 +67,7 @@ class NodeService(node_pb2_grpc.NodeServiceServicer):
             version=view.version,
             image=view.to_bytes() if newer else b"",
             leader_address=self.node.metadata_leader_address(),
+            leader_ready=self.node.metadata_leader_ready(),
         )
 
     @handled

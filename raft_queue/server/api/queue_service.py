@@ -44,6 +44,8 @@ def handled(method: Any) -> Any:
             return await method(self, request, context)
         except RemoteError as exc:
             await abort_remote(context, exc)
+        except errors.NotFound as exc:  # from a view that may be behind: vouch first
+            await abort_with(context, await self.c.barrier.vouch_miss(exc))
         except Exception as exc:
             await abort_with(context, exc)
 
@@ -161,6 +163,8 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
                 yield message
         except RemoteError as exc:
             await abort_remote(context, exc)
+        except errors.NotFound as exc:
+            await abort_with(context, await self.c.barrier.vouch_miss(exc))
         except Exception as exc:
             await abort_with(context, exc)
 

@@ -19,6 +19,7 @@ from raft_queue._proto.raft_queue.v1 import admin_pb2
 from raft_queue.core import metadata as meta
 from raft_queue.core import planner
 from raft_queue.server.control.controllers import check_majority, controllers_pb
+from raft_queue.server.control.metadata_barrier import view_miss
 
 if TYPE_CHECKING:
     from raft_queue.server.cluster import Cluster
@@ -72,8 +73,9 @@ class Operations:
         self._require_leader()
         if req.state not in OPERATOR_STATES:
             raise errors.InvalidArgument("state", f"operators set one of {OPERATOR_STATES}")
-        if req.node not in self.node.view.nodes():
-            raise errors.NotFound(f"node {req.node!r} is not registered")
+        if req.node not in self.node.view.nodes():  # vouched for before answered
+            miss = errors.NotFound(f"node {req.node!r} is not registered")
+            raise view_miss(miss, lambda: req.node in self.node.view.nodes())
         node = await self.node.submit_metadata(
             meta.SetNodeState(req.node, req.state, int(time.time() * 1000))
         )
@@ -89,8 +91,9 @@ class Operations:
         if req.action not in ("add", "remove"):
             raise errors.InvalidArgument("action", "one of add, remove")
         node = self.node.view.nodes().get(req.node)
-        if node is None:
-            raise errors.NotFound(f"node: {req.node!r} is not registered")
+        if node is None:  # vouched for before answered
+            miss = errors.NotFound(f"node: {req.node!r} is not registered")
+            raise view_miss(miss, lambda: req.node in self.node.view.nodes())
         voters = self.node.controller_addresses()
         if self.node.view.controllers():
             voters = self.node.view.controllers()

@@ -84,6 +84,9 @@ class Queues:
         if remote is not None:
             await self._wait_for(lambda: self.node.view.queue(name) is not None)
             return remote
+        # A leader just elected decides from its view only once that holds what
+        # earlier terms committed (placement, "exists"): metadata_barrier.py.
+        await self.c.barrier.vouch()
         nodes = [n for n in self.node.view.nodes().values() if n.state == "alive"]
         existing = self.node.view.queue(name)
         if existing is None:

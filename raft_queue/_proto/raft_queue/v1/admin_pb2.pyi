@@ -376,14 +376,16 @@ class GetMetadataRequest(_message.Message):
     def __init__(self, known_version: _Optional[int] = ...) -> None: ...
 
 class GetMetadataResponse(_message.Message):
-    __slots__ = ("version", "image", "leader_address")
+    __slots__ = ("version", "image", "leader_address", "leader_ready")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
     LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_READY_FIELD_NUMBER: _ClassVar[int]
     version: int
     image: bytes
     leader_address: str
-    def __init__(self, version: _Optional[int] = ..., image: _Optional[bytes] = ..., leader_address: _Optional[str] = ...) -> None: ...
+    leader_ready: bool
+    def __init__(self, version: _Optional[int] = ..., image: _Optional[bytes] = ..., leader_address: _Optional[str] = ..., leader_ready: _Optional[bool] = ...) -> None: ...
 
 class GrantInfo(_message.Message):
     __slots__ = ("pattern", "operations")
