@@ -184,6 +184,7 @@ class Soak:
     warmup_s: float = 120.0
     rate: int = 400
     compaction_entries: int = 1000
+    dedup_window_ms: int = 0  # 0: the queue default (300 s)
     out: Path = Path(".raftq/soak")
     samples: list[dict[str, Any]] = field(default_factory=list)
     restarts: list[tuple[float, str]] = field(default_factory=list)
@@ -197,7 +198,8 @@ class Soak:
             cluster.start()
             cluster.wait_ready(90)
             with cluster.client(timeout_s=30.0, retries=40) as admin:
-                admin.create_queue(QUEUE, partitions=PARTITIONS, replication_factor=3)
+                window = {"dedup_window_ms": self.dedup_window_ms} if self.dedup_window_ms else {}
+                admin.create_queue(QUEUE, partitions=PARTITIONS, replication_factor=3, **window)
             load = Load(cluster, self.rate).start()
             self._drive(cluster)
             load.stop()
@@ -260,6 +262,7 @@ class Soak:
             "rss_trend_mib_per_min": _slope_mib_per_min(late),
             "n1_kinds_after_warmup_mib": self._kinds_after_warmup(),
             "compaction_entries": self.compaction_entries,
+            "dedup_window_ms": self.dedup_window_ms or None,
             "samples": self.samples,
         }
         result["ok"] = bool(
@@ -305,12 +308,14 @@ def main(argv: list[str] | None = None) -> int:
     add("--warmup", type=float, default=120.0)
     add("--rate", type=int, default=400, help="messages per second sent")
     add("--compaction-entries", type=int, default=1000, help="log_compaction_min_entries")
+    add("--dedup-window-ms", type=int, default=0, help="the queue's dedup window (0: default)")
     add("--out", type=Path, default=Path(".raftq/soak"))
     args = parser.parse_args(argv)
     soak = Soak(
         duration_s=args.duration, restart_every_s=args.restart_every,
         sample_every_s=args.sample_every, warmup_s=min(args.warmup, args.duration / 2),
         rate=args.rate, compaction_entries=args.compaction_entries, out=args.out,
+        dedup_window_ms=args.dedup_window_ms,
     )  # fmt: skip
     result = soak.run()
     summary = {k: v for k, v in result.items() if k != "samples"}
