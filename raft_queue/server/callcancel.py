@@ -8,7 +8,7 @@ task. Measured here, 1,500 cancelled loopback calls to a server in another
 process: 963 bytes of glibc heap per call, never freed. A node cancels
 forwarded long polls all the time (``_first_non_empty`` in
 ``server/dataplane/receiving.py``, once another partition answered first):
-~4.7 a second on n1 in the soak, the whole of its main heap's growth.
+2.5-4.7 a second on n1 in the soak, most of its main heap's growth.
 
 ``settle(call)`` awaits ``call`` through a shield. If the awaiting task is
 cancelled, the RPC is cancelled in gRPC Core only (the Cython call's

@@ -4,11 +4,10 @@ glibc gives threads their own malloc arenas, up to 8 per CPU on 64-bit
 (mallopt(3), M_ARENA_MAX). A node runs many threads that allocate (the
 asyncio loop, the Raft driver, grpc's C-core pollers, executor threads) and
 each arena keeps the memory freed into it: in the soak (docs/reliability.md,
-"Soak") the anonymous memory outside the main heap rose and fell by ~5 MiB
-between Raft compactions and crept up ~0.4 MiB/min, the main heap another
-~0.2 MiB/min, with Python's own objects flat. With two arenas neither
-trend was there. mallopt(3): "The more arenas you have, the lower the
-per-thread contention, but the higher the memory usage".
+"Soak") the anonymous memory outside the main heap swung by ~5 MiB and crept
+up +0.46 MiB/min with Python's own objects flat; with two arenas it was flat
+(+0.09). mallopt(3): "The more arenas you have, the lower the per-thread
+contention, but the higher the memory usage".
 
 ``limit_arenas()`` sets M_ARENA_MAX before any thread exists (it only gates
 new arenas; ones already made stay). An operator's own ``MALLOC_ARENA_MAX``
@@ -19,12 +18,8 @@ macOS): nothing either.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import logging
 import os
 import re
-
-log = logging.getLogger(__name__)
 
 M_ARENA_MAX = -8  # malloc.h
 ARENAS = 2  # the main arena and one more: what the soak measured flat
