@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chaos.procmem import KINDS, breakdown
 from raft_queue.errors import OutOfRange, QueueError
 from raft_queue.testing.cluster import LocalCluster
 
@@ -183,6 +184,7 @@ class Soak:
     warmup_s: float = 120.0
     rate: int = 400
     compaction_entries: int = 1000
+    dedup_window_ms: int = 0  # 0: the queue default (300 s)
     out: Path = Path(".raftq/soak")
     samples: list[dict[str, Any]] = field(default_factory=list)
     restarts: list[tuple[float, str]] = field(default_factory=list)
@@ -196,7 +198,8 @@ class Soak:
             cluster.start()
             cluster.wait_ready(90)
             with cluster.client(timeout_s=30.0, retries=40) as admin:
-                admin.create_queue(QUEUE, partitions=PARTITIONS, replication_factor=3)
+                window = {"dedup_window_ms": self.dedup_window_ms} if self.dedup_window_ms else {}
+                admin.create_queue(QUEUE, partitions=PARTITIONS, replication_factor=3, **window)
             load = Load(cluster, self.rate).start()
             self._drive(cluster)
             load.stop()
@@ -227,11 +230,16 @@ class Soak:
         row: dict[str, Any] = {"t": round(now, 1)}
         for i in range(cluster.nodes):
             if cluster.alive(i):
-                rss, anon = proc_memory(cluster.pid(i))
+                pid = cluster.pid(i)
+                rss, anon = proc_memory(pid)
                 row[f"n{i + 1}"] = [rss, anon]
+                row[f"n{i + 1}_kinds"] = breakdown(pid, str(cluster.specs[i].dir.resolve()))
         self.samples.append(row)
-        mib = {k: f"{v[0] / 2**20:.0f}/{v[1] / 2**20:.0f}" for k, v in row.items() if k != "t"}
-        print(f"[{now:6.1f}s] RSS/anon MiB {mib}", flush=True)
+        mib = {
+            k: f"{v[0] / 2**20:.0f}/{v[1] / 2**20:.0f}" for k, v in row.items() if k[-1].isdigit()
+        }
+        kinds = " ".join(f"{k} {v / 2**20:.1f}" for k, v in row.get("n1_kinds", {}).items())
+        print(f"[{now:6.1f}s] RSS/anon MiB {mib}; n1: {kinds}", flush=True)
 
     def _verdict(self, c: Counters) -> dict[str, Any]:
         late = [(s["t"], s["n1"][0]) for s in self.samples if s["t"] >= self.warmup_s and "n1" in s]
@@ -252,7 +260,9 @@ class Soak:
             ),
             "n1_rss_spread": None if growth is None else round(growth, 4),
             "rss_trend_mib_per_min": _slope_mib_per_min(late),
+            "n1_kinds_after_warmup_mib": self._kinds_after_warmup(),
             "compaction_entries": self.compaction_entries,
+            "dedup_window_ms": self.dedup_window_ms or None,
             "samples": self.samples,
         }
         result["ok"] = bool(
@@ -260,6 +270,19 @@ class Soak:
         )
         (self.out / "soak.json").write_text(json.dumps(result, indent=1))
         return result
+
+    def _kinds_after_warmup(self) -> dict[str, list[float | None]]:
+        """n1's resident memory by kind (chaos/procmem.py) after warm-up:
+        [min, max, least-squares trend per minute], MiB."""
+        rows = [s for s in self.samples if s["t"] >= self.warmup_s and s.get("n1_kinds")]
+        out: dict[str, list[float | None]] = {}
+        for kind in KINDS:
+            points = [(s["t"], s["n1_kinds"][kind]) for s in rows]
+            if points:
+                values = [v for _, v in points]
+                low, high = round(min(values) / 2**20, 1), round(max(values) / 2**20, 1)
+                out[kind] = [low, high, _slope_mib_per_min(points)]
+        return out
 
 
 def _slope_mib_per_min(points: list[tuple[float, int]]) -> float | None:
@@ -285,12 +308,14 @@ def main(argv: list[str] | None = None) -> int:
     add("--warmup", type=float, default=120.0)
     add("--rate", type=int, default=400, help="messages per second sent")
     add("--compaction-entries", type=int, default=1000, help="log_compaction_min_entries")
+    add("--dedup-window-ms", type=int, default=0, help="the queue's dedup window (0: default)")
     add("--out", type=Path, default=Path(".raftq/soak"))
     args = parser.parse_args(argv)
     soak = Soak(
         duration_s=args.duration, restart_every_s=args.restart_every,
         sample_every_s=args.sample_every, warmup_s=min(args.warmup, args.duration / 2),
         rate=args.rate, compaction_entries=args.compaction_entries, out=args.out,
+        dedup_window_ms=args.dedup_window_ms,
     )  # fmt: skip
     result = soak.run()
     summary = {k: v for k, v in result.items() if k != "samples"}

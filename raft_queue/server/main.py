@@ -50,6 +50,7 @@ from raft_queue.server.control.metadata_follower import follow_metadata
 from raft_queue.server.control.mover import Mover
 from raft_queue.server.control.operations import Operations
 from raft_queue.server.control.splits import SplitWatch
+from raft_queue.server.malloc import limit_arenas
 from raft_queue.server.node import Node
 from raft_queue.server.peers import Peers
 from raft_queue.server.tls import NodeTls
@@ -177,6 +178,7 @@ async def serve(config: config_mod.NodeConfig) -> None:
 
 
 def run(config_path: str, node_id: str = "", log_level: str = "INFO") -> None:
+    limit_arenas()  # before any thread: glibc's per-thread arenas (server/malloc.py)
     config = config_mod.load(config_path, node_id)
     logs.setup(log_level, config.log_format, config.node_id)
     asyncio.run(serve(config))

@@ -35,6 +35,7 @@ from raft_queue.server.api.node_identity import (
     SignedCall,
     response_class,
 )
+from raft_queue.server.callcancel import settle
 
 FORWARDED = (FORWARDED_KEY, "1")
 CHANNEL_OPTIONS = [
@@ -134,7 +135,9 @@ class Peers:
             raise Unavailable("no leader known for this request yet")
         call = self._forward_call(address, method)
         try:
-            return await call(request, timeout=timeout_s, metadata=self._forward_metadata())
+            # settle: cancelled (a long poll another partition beat), the call
+            # is cancelled in gRPC Core only, not leaking grpc#43360's ~1 KB
+            return await settle(call(request, timeout=timeout_s, metadata=self._forward_metadata()))
         except grpc.aio.AioRpcError as err:
             raise RemoteError(err) from err
 
