@@ -119,8 +119,9 @@ class RaftTuning:
     coalesce_heartbeats: bool = True
     # Pre-vote and prompt elections (replication/prevote.py): a node asks
     # before it campaigns, and a follower whose leader's link drops campaigns
-    # within a quarter of election_timeout_min_s. Off only while upgrading
-    # from a version without them (its nodes cannot decode the pre-vote).
+    # within a quarter of election_timeout_min_s; acks name their term.
+    # Off only while upgrading from a version without them (its nodes
+    # cannot decode these messages: codec tags 12-14).
     pre_vote: bool = True
 
     def __post_init__(self) -> None:
