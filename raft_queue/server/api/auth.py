@@ -31,6 +31,7 @@ import grpc
 
 from raft_queue.core import access
 from raft_queue.errors import PermissionDenied, QueueError, Unauthenticated, Unavailable
+from raft_queue.observability import metrics
 from raft_queue.security.audit import AuditLog
 from raft_queue.security.identity import Authenticator, Identity
 from raft_queue.security.node_identity import VERIFIED_NODE
@@ -147,6 +148,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             )
             if self.meter is not None:
                 self.meter.rejected_auth(name, queue or "")
+            metrics.count_rejection("auth")
             await abort_with(context, refusal)
         assert identity is not None
         CALLER_AUTHORIZATION.set(authorization)
@@ -198,6 +200,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 # A Send that may create its queue is a manage operation too
                 # (server/dataplane/autocreate.py): nothing is sent or created.
                 self._audit_line(identity.name, access.MANAGE, method, queue, "denied", context)
+                metrics.count_rejection("auth")
                 await abort_with(context, _denied(identity, access.MANAGE, queue))
             if not audited:
                 if self.meter is not None and VERIFIED_NODE.get() is None:  # a client's call
@@ -244,6 +247,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                     queue = getattr(request, field, "") if field else ""
                     if queue and not identity.allows(op, queue):
                         self._audit_line(identity.name, op, method, queue, "denied", context)
+                        metrics.count_rejection("auth")
                         raise _denied(identity, op, queue)
                     yield request
 
