@@ -293,8 +293,8 @@ class MetricsConfig:
     ``enabled = false`` also turns the instrumentation of the request and
     Raft paths off (the switch behind the cost figure in docs/benchmarks.md).
     ``open_probes``: /metrics, /healthz and /readyz answer without a token
-    (Prometheus and load balancers scrape them); the page and its API always
-    require one once authentication is configured.
+    (Prometheus and load balancers scrape them); the page and its API
+    require the admin token unless ``security.insecure``.
     """
 
     address: str = ""
