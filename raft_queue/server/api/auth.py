@@ -3,7 +3,9 @@ authorizes every QueueService and AdminService call before its servicer
 runs, so a refused call reads and writes nothing.
 
 - ``authorization: Bearer <token>`` -> an Identity (security/identity.py);
-  missing or invalid -> UNAUTHENTICATED.
+  missing or invalid -> UNAUTHENTICATED. With ``[tls] client_cert_principals``
+  a call without a token is the principal its verified client certificate
+  names (which must exist); a token, when given, still decides.
 - The operation each method needs and the field naming its queue come from
   ``core/access.RPC_OPERATIONS``; no grant -> PERMISSION_DENIED naming both.
   Subscribe is checked on every request of its stream that names a queue.
@@ -33,8 +35,9 @@ from raft_queue.core import access
 from raft_queue.errors import PermissionDenied, QueueError, Unauthenticated, Unavailable
 from raft_queue.observability import metrics
 from raft_queue.security.audit import AuditLog
-from raft_queue.security.identity import Authenticator, Identity
+from raft_queue.security.identity import CERTIFIED, Authenticator, Identity
 from raft_queue.security.node_identity import VERIFIED_NODE
+from raft_queue.security.tls import CertIdentity, identity_of
 from raft_queue.server.api.status import abort_with
 from raft_queue.server.api.usage import METERED
 
@@ -74,6 +77,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self._audit = audit
         self.meter = meter
         self.barrier: MetadataBarrier | None = None  # set by the node (main.py)
+        self.cert_principals = False  # [tls] client_cert_principals (door_for)
+        self._certs: dict[bytes, CertIdentity | None] = {}
         self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
     async def intercept_service(
@@ -128,18 +133,19 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         PERMISSION_DENIED (audited). Keeps the caller's credential for
         forwarding (CALLER_AUTHORIZATION)."""
         authorization = _authorization(context)
-        identity, refusal = self._judge(authorization, op, queue)
+        cert = self._certificate(authorization, context)
+        identity, refusal = self._judge(authorization, cert, op, queue)
         # Perhaps a grant or token this node's view has not applied yet
         # (server/control/metadata_barrier.py): look again once caught up;
         # UNAVAILABLE (retried) when the view cannot be vouched for, never a
         # refusal that may be false (as right after a restart).
-        if refusal is not None and authorization and self.barrier is not None:
+        if refusal is not None and (authorization or cert) and self.barrier is not None:
             try:
                 await self.barrier.vouch()
             except Unavailable as why:
                 self._audit_line("", op, method, queue or "", "unavailable", context)
                 await abort_with(context, why)
-            identity, refusal = self._judge(authorization, op, queue)
+            identity, refusal = self._judge(authorization, cert, op, queue)
         if refusal is not None:
             name = identity.name if identity is not None else ""
             denied = identity is not None
@@ -151,16 +157,36 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             metrics.count_rejection("auth")
             await abort_with(context, refusal)
         assert identity is not None
-        CALLER_AUTHORIZATION.set(authorization)
+        # A caller admitted by certificate is vouched for by this node when
+        # its call is forwarded (the leader honours it on node-signed calls only).
+        CALLER_AUTHORIZATION.set(authorization or (CERTIFIED + identity.name if cert else ""))
         CALLER_PRINCIPAL.set(identity.name)
         return identity
 
+    def _certificate(self, authorization: str, context: Any) -> CertIdentity | None:
+        """Who the verified client certificate names, when it is the credential:
+        ``[tls] client_cert_principals`` on, no token, not a node's call."""
+        if not self.cert_principals or authorization or VERIFIED_NODE.get() is not None:
+            return None
+        pems = (context.auth_context() or {}).get("x509_pem_cert") or []
+        if not pems:
+            return None
+        pem = pems[0]
+        if pem not in self._certs:  # parsed once per certificate, not per call
+            if len(self._certs) >= 1024:
+                self._certs.clear()
+            self._certs[pem] = identity_of(pem)
+        return self._certs[pem]
+
     def _judge(
-        self, authorization: str | None, op: str, queue: str | None
+        self, authorization: str | None, cert: CertIdentity | None, op: str, queue: str | None
     ) -> tuple[Identity | None, QueueError | None]:
         """(identity, None) when admitted; else (identity or None, the refusal)."""
         try:
-            identity = self._auth.authenticate(authorization, VERIFIED_NODE.get())
+            if cert is not None:
+                identity = self._auth.authenticate_certificate(cert.kind, cert.name)
+            else:
+                identity = self._auth.authenticate(authorization, VERIFIED_NODE.get())
         except Unauthenticated as exc:
             return None, exc
         if queue is not None and not identity.allows(op, queue):
@@ -305,4 +331,6 @@ def door_for(node: Node) -> AuthInterceptor:
         log.warning("no security.admin_tokens_file: no client can administer this cluster")
     authenticator = Authenticator(lambda: node.view, admins, node.secret, security.insecure)
     meter = Meter(lambda: node.view)
-    return AuthInterceptor(authenticator, AuditLog(Path(node.config.data_dir) / FILE_NAME), meter)
+    door = AuthInterceptor(authenticator, AuditLog(Path(node.config.data_dir) / FILE_NAME), meter)
+    door.cert_principals = node.config.tls.client_cert_principals
+    return door
