@@ -104,9 +104,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     def page_authorizer(self) -> Callable[[str], bool] | None:
         """The status page's access check (observability/http.py): a token
-        proving a superuser (``admin`` on ``*``: the page shows every queue
-        and node). None (an open page) only when the door is open
-        (``security.insecure``). Asyncio thread, as the HTTP server."""
+        proving a superuser, i.e. an admin token (``admin_tokens_file``; a
+        principal's grants, even ``admin`` on ``*``, do not open it: the page
+        shows every queue and node). None (an open page) only when the door
+        is open (``security.insecure``). Asyncio thread, as the HTTP server."""
         if self._auth.insecure:
             return None
 
