@@ -367,3 +367,20 @@ def test_a_client_cannot_claim_a_certified_principal_in_the_header(
         queue_pb2_grpc.QueueServiceStub(ch).Send(req, timeout=10, metadata=auth)
     assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert _latest(certp_cluster, "claims") == 0
+
+
+def test_cli_sends_with_a_certificate_and_an_empty_token(certp_cluster: LocalCluster) -> None:
+    """docs/security.md's example: ``raftq --tls --ca --cert --key --token '' send``."""
+    from click.testing import CliRunner
+
+    from raft_queue.cli.main import main
+
+    leader, _ = _queue(certp_cluster, "clicert")
+    _granted(certp_cluster, "hana", "clicert", ["send"])
+    dev = write_dev_tls(certp_cluster.tls_dir, [], ("hana",))
+    cert, key = str(dev.cert_file("hana")), str(dev.key_file("hana"))
+    args = ["--server", leader, "--tls", "--ca", str(dev.ca_file), "--cert", cert,
+            "--key", key, "--token", ""]  # fmt: skip
+    result = CliRunner().invoke(main, [*args, "send", "clicert", "by-cli"])
+    assert result.exit_code == 0, result.output
+    assert _latest(certp_cluster, "clicert") == 1
