@@ -293,8 +293,8 @@ class MetricsConfig:
     ``enabled = false`` also turns the instrumentation of the request and
     Raft paths off (the switch behind the cost figure in docs/benchmarks.md).
     ``open_probes``: /metrics, /healthz and /readyz answer without a token
-    (Prometheus and load balancers scrape them); the page and its API always
-    require one once authentication is configured.
+    (Prometheus and load balancers scrape them); the page and its API
+    require the admin token unless ``security.insecure``.
     """
 
     address: str = ""
@@ -359,16 +359,25 @@ class TlsConfig:
     makes it mutual TLS: a client without a certificate signed by ``ca_file``
     is refused, and this node presents its own certificate when it dials
     another node. The files are read once, at start (docs/security.md).
+    ``client_cert_principals`` (needs ``require_client_cert``): a client call
+    with no token is the principal its verified certificate names.
     """
 
     cert_file: str = ""
     key_file: str = ""
     ca_file: str = ""
     require_client_cert: bool = False
+    client_cert_principals: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.require_client_cert, bool):
-            raise ConfigError("tls.require_client_cert", "must be true or false")
+        for name in ("require_client_cert", "client_cert_principals"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"tls.{name}", "must be true or false")
+        if self.client_cert_principals and not self.require_client_cert:
+            raise ConfigError(
+                "tls.client_cert_principals",
+                "needs require_client_cert (only then are client certificates asked for)",
+            )
         if bool(self.cert_file) != bool(self.key_file):
             missing = "key_file" if self.cert_file else "cert_file"
             raise ConfigError(f"tls.{missing}", "cert_file and key_file go together")

@@ -8,8 +8,9 @@
     GET  /login        a token form; POST /login sets an HttpOnly session cookie
     POST /logout
 
-Access: ``authorize(token) -> bool`` is injected (None = open, as before
-authentication exists). When set, the page and /api/status need
+Access: ``authorize(token) -> bool`` is injected (the API door's
+``page_authorizer``: the admin token; None = open, only with
+``security.insecure``). When set, the page and /api/status need
 ``Authorization: Bearer <token>`` or the session cookie from /login;
 /metrics, /healthz and /readyz stay open while ``open_probes`` (Prometheus
 and load balancers scrape them; they reveal no message data), else they need

@@ -73,8 +73,10 @@ for _reason in REJECTION_REASONS:
 
 
 def count_rejection(reason: str) -> None:
-    """A request refused for ``reason`` (one of REJECTION_REASONS); for the
-    auth and quota checks to call where they refuse."""
+    """A request refused for ``reason`` (one of REJECTION_REASONS): ``auth``
+    by the API door (server/api/auth.py: UNAUTHENTICATED, PERMISSION_DENIED),
+    ``quota`` by the quota gate (server/api/usage.py ``Meter.before``),
+    ``limits`` where a request is checked against ``[limits]``."""
     if _enabled:
         REJECTIONS.labels(reason).inc()
 

@@ -7,7 +7,11 @@ Identities come from three places, checked in this order:
   before this one: a signed call without a token is the built-in
   ``node:<id>`` (work a node forwards on its own, such as dead letters);
 - the admin tokens file (security/tokens.py): the superuser ``admin``;
-- a principal of the metadata view (core/metadata_principals.py), with its grants.
+- a principal of the metadata view (core/metadata_principals.py), with its grants;
+- with ``[tls] client_cert_principals``, a call without a token: the
+  principal its verified client certificate names (``authenticate_certificate``).
+  A node forwarding such a call vouches for it with ``Certificate <name>``
+  in place of a token, which only a node-signed call may carry.
 
 With ``[security] insecure = true`` a call without a token is ``anonymous``,
 a superuser allowed the node-to-node calls too; a token that is given is
@@ -31,6 +35,9 @@ from raft_queue.security.tokens import token_hash
 
 CACHE_MAX = 10_000  # distinct tokens remembered; cleared when full (tokens are few)
 BEARER = "bearer "
+#: The ``authorization`` value a node forwards for a caller its door admitted
+#: by client certificate (server/api/auth.py); honoured on node-signed calls only.
+CERTIFIED = "Certificate "
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +99,8 @@ class Authenticator:
         checked); without a token, the call is that node's own."""
         if node_id and not authorization:
             return Identity(f"node:{node_id}", superuser=True, node=True)
+        if node_id and authorization and authorization.startswith(CERTIFIED):
+            return self.certified_principal(authorization[len(CERTIFIED) :])
         view = self._view()
         cached = self._cache.get(authorization or "")
         if cached is not None and cached[0] == view.version:
@@ -123,3 +132,22 @@ class Authenticator:
             self._by_hash = {p.token_hash: p.name for p in view.principals()}
             self._by_hash_version = view.version
         return self._by_hash
+
+    def authenticate_certificate(self, kind: str, name: str) -> Identity:
+        """The caller a verified client certificate names (security/tls.py
+        ``CertIdentity``): an existing principal, with its grants; a node
+        certificate or an unknown principal is Unauthenticated, saying so."""
+        if kind != "principal":
+            raise Unauthenticated(
+                f"the client certificate names {kind} {name!r}, not a principal; send a token"
+            )
+        return self.certified_principal(name)
+
+    def certified_principal(self, name: str) -> Identity:
+        principal = self._view().principal(name)
+        if principal is None:
+            raise Unauthenticated(
+                f"the client certificate names principal {name!r}, which does not exist"
+                " (raftq principal create)"
+            )
+        return Identity(principal.name, principal.grants)

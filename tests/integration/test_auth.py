@@ -363,3 +363,42 @@ def test_a_send_that_may_create_its_queue_needs_manage_too(cluster, admin, matri
 
     wait_until(created, 10)
     assert sent[0].offset == 0
+
+
+def http_get(url: str, token: str = "") -> int:
+    """The HTTP status of a GET (no redirects followed)."""
+    import urllib.error
+    import urllib.request
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.build_opener(NoRedirect).open(request, timeout=10) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_status_page_needs_the_admin_token_and_the_probes_stay_open(cluster, admin):
+    """docs/operations.md "Monitoring", Access: on a secured node the page and
+    /api/status take only the admin token; /metrics, /healthz, /readyz stay open
+    (open_probes = true), and /metrics names the queues."""
+    principal_token = admin.create_principal("pager").token
+    admin.add_grant("pager", "*", ["admin", "manage", "read"])
+    base = cluster.specs[0].metrics_url
+    assert http_get(base + "/api/status") == 401
+    assert http_get(base + "/api/status", "rqt_" + "C" * 43) == 401
+    assert http_get(base + "/api/status", principal_token) == 401  # grants do not open it
+    assert http_get(base + "/api/status", cluster.token) == 200
+    assert http_get(base + "/") == 303  # to /login
+    for probe in ("/metrics", "/healthz", "/readyz"):
+        assert http_get(base + probe) == 200, probe
+    import urllib.request
+
+    text = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
+    assert 'queue="m.send"' in text

@@ -66,9 +66,14 @@ def send_request(queue: str, n: int) -> queue_pb2.SendRequest:
 def raw_send(cluster: LocalCluster, token: str, queue: str, n: int = 1) -> queue_pb2.SendResponse:
     with Client(cluster.bootstrap, token=token) as c:
         leader = c.partitions(queue)[0].leader_address
-    request = send_request(queue, n)
-    with grpc.insecure_channel(leader) as ch:
+    return send_to(leader, token, queue, n)
+
+
+def send_to(address: str, token: str, queue: str, n: int = 1) -> queue_pb2.SendResponse:
+    """One Send of ``n`` messages to the node at ``address``, no retries."""
+    with grpc.insecure_channel(address) as ch:
         stub = queue_pb2_grpc.QueueServiceStub(ch)
+        request = send_request(queue, n)
         return stub.Send(request, timeout=10, metadata=(("authorization", f"Bearer {token}"),))
 
 
@@ -315,3 +320,40 @@ def test_flush_usage_is_a_node_call_naming_its_own_node(cluster, admin):
                     call(data, metadata=tuple(metadata), timeout=10)
                 assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert admin.usage(principal="mallory") == []
+
+
+def test_auth_and_quota_refusals_move_their_rejection_series_on_metrics(cluster, admin):
+    """``raftq_rejections_total{reason}`` on /metrics: a bad token moves
+    ``auth``, a missing grant moves ``auth``, an over-quota Send ``quota``."""
+    from tests.integration.test_observability import cluster_total
+
+    def rejections() -> dict[str, float]:
+        return {
+            r: cluster_total(cluster, "raftq_rejections_total", reason=r)
+            for r in ("auth", "quota", "limits")
+        }
+
+    token = principal_token(admin, "ivy", ["qt.metric"])
+    admin.set_quota("ivy", queue="qt.metric", messages_per_s=1, burst_s=2.0)
+    seen_by_every_node(admin, cluster)
+    raw_send(cluster, token, "qt.metric", 2)  # the burst
+    start = rejections()
+    with pytest.raises(grpc.RpcError) as info:
+        raw_send(cluster, token, "qt.metric", 2)
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    after_quota = rejections()
+    assert after_quota["quota"] - start["quota"] == 1
+    assert after_quota["auth"] == start["auth"]
+    node = cluster.specs[0].address  # one raw call each, no SDK retries
+    with pytest.raises(grpc.RpcError) as info:
+        send_to(node, "rqt_" + "B" * 43, "qt.metric", 1)
+    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    after_token = rejections()
+    assert after_token["auth"] - after_quota["auth"] == 1
+    admin.create_queue("qt.metric.other", partitions=1, replication_factor=3)
+    with pytest.raises(grpc.RpcError) as info:  # a real token without a grant on the queue
+        send_to(node, token, "qt.metric.other", 1)
+    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    end = rejections()
+    assert end["auth"] - after_token["auth"] == 1
+    assert end["quota"] == after_quota["quota"] and end["limits"] == start["limits"]

@@ -20,7 +20,7 @@ import pytest
 from raft_queue._proto.raft_queue.v1 import queue_pb2, queue_pb2_grpc
 from raft_queue.client import Client
 from raft_queue.client.aio import AsyncClient
-from raft_queue.errors import QueueError
+from raft_queue.errors import PermissionDenied, QueueError, Unauthenticated
 from raft_queue.security.tls import write_dev_tls
 from raft_queue.testing.cluster import LocalCluster, free_block
 from tests.integration.test_delivery import module_cluster
@@ -265,3 +265,122 @@ def test_peer_identity_names_the_verified_client_certificate(tmp_path: Path) -> 
                 assert ch.unary_unary("/t.T/Who")(b"", timeout=5) == expect
     finally:
         server.stop(0)
+
+
+# ---- client certificates as credentials ([tls] client_cert_principals) ------------------
+
+
+@pytest.fixture(scope="module")
+def certp_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    options = {"require_client_cert": True, "client_cert_principals": True}
+    yield from module_cluster(tmp_path_factory, "certp", tls=True, tls_options=options)
+
+
+def _cert_client(c: LocalCluster, address: str, principal: str, token: str = "") -> Client:
+    """A client presenting ``principal``'s certificate (same CA as the nodes'), and
+    no token unless given."""
+    dev = write_dev_tls(c.tls_dir, [], (principal,))  # the CA and node files are kept
+    opts = {"tls": True, "ca_file": str(dev.ca_file), "cert_file": str(dev.cert_file(principal)),
+            "key_file": str(dev.key_file(principal))}  # fmt: skip
+    return Client(address, timeout_s=5, retries=0, token=token, **opts)
+
+
+def _granted(c: LocalCluster, principal: str, queue: str, ops: list[str]) -> str:
+    """A principal (its token) granted ``ops`` on ``queue``; (leader, other) as _queue."""
+    with c.client() as admin:
+        token = str(admin.create_principal(principal).token)
+        admin.add_grant(principal, queue, ops)
+    time.sleep(1.0)  # every node's view applies it within milliseconds; be generous
+    return token
+
+
+def test_a_client_certificate_alone_authenticates_its_principal(
+    certp_cluster: LocalCluster,
+) -> None:
+    leader, other = _queue(certp_cluster, "bycert")
+    _granted(certp_cluster, "carl", "bycert", ["send", "receive"])
+    with _cert_client(certp_cluster, leader, "carl") as carl:
+        assert carl.send("bycert", b"from-leader", partition=0).offset == 0
+    with _cert_client(certp_cluster, other, "carl") as carl:  # forwarded: the node vouches
+        carl.send("bycert", b"forwarded", partition=0)
+        got = carl.receive("bycert", max_messages=2, wait_ms=5000)
+    assert sorted(m.body for m in got) == [b"forwarded", b"from-leader"]
+    # Its grants apply: nothing on a queue it holds no grant on.
+    _queue(certp_cluster, "notcarls")
+    with _cert_client(certp_cluster, leader, "carl") as carl, pytest.raises(PermissionDenied):
+        carl.send("notcarls", b"no grant")
+    assert _latest(certp_cluster, "notcarls") == 0
+
+
+def test_a_certificate_for_an_unknown_principal_or_a_node_is_refused(
+    certp_cluster: LocalCluster,
+) -> None:
+    leader, _ = _queue(certp_cluster, "strangers")
+    with (
+        _cert_client(certp_cluster, leader, "nobody") as nobody,
+        pytest.raises(Unauthenticated) as info,
+    ):
+        nobody.send("strangers", b"who?")
+    assert "principal 'nobody', which does not exist" in str(info.value)
+    # The built-in admin is a token, never a certificate.
+    with _cert_client(certp_cluster, leader, "admin") as admin, pytest.raises(Unauthenticated):
+        admin.send("strangers", b"root?")
+    with _cert_client(certp_cluster, leader, "n1") as node, pytest.raises(Unauthenticated):
+        node.send("strangers", b"a node's cert")
+    assert _latest(certp_cluster, "strangers") == 0
+
+
+def test_a_token_still_wins_over_the_certificate(certp_cluster: LocalCluster) -> None:
+    leader, _ = _queue(certp_cluster, "tokenwins")
+    token = _granted(certp_cluster, "dora", "tokenwins", ["send"])
+    _granted(certp_cluster, "eve", "other-queue", ["send"])
+    # eve's certificate with dora's token: dora, who may send here.
+    with _cert_client(certp_cluster, leader, "eve", token=token) as c:
+        c.send("tokenwins", b"as dora")
+    # dora's certificate with a bad token: the token decides, and it is bad.
+    bad = "rqt_" + "D" * 43
+    with (
+        _cert_client(certp_cluster, leader, "dora", token=bad) as c,
+        pytest.raises(Unauthenticated),
+    ):
+        c.send("tokenwins", b"bad token")
+    assert _latest(certp_cluster, "tokenwins") == 1
+
+
+def test_without_the_switch_a_certificate_alone_is_refused(mtls_cluster: LocalCluster) -> None:
+    leader, _ = _queue(mtls_cluster, "switchoff")
+    _granted(mtls_cluster, "fay", "switchoff", ["send"])
+    with _cert_client(mtls_cluster, leader, "fay") as fay, pytest.raises(Unauthenticated):
+        fay.send("switchoff", b"cert only")
+    assert _latest(mtls_cluster, "switchoff") == 0
+
+
+def test_a_client_cannot_claim_a_certified_principal_in_the_header(
+    certp_cluster: LocalCluster,
+) -> None:
+    """``Certificate <name>`` is what a node forwards; from a client it is no credential."""
+    leader, _ = _queue(certp_cluster, "claims")
+    _granted(certp_cluster, "gus", "claims", ["send"])
+    with _channel(certp_cluster, leader) as ch, pytest.raises(grpc.RpcError) as info:
+        req = queue_pb2.SendRequest(queue="claims", entries=[queue_pb2.SendEntry(body=b"x")])
+        auth = (("authorization", "Certificate gus"),)
+        queue_pb2_grpc.QueueServiceStub(ch).Send(req, timeout=10, metadata=auth)
+    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert _latest(certp_cluster, "claims") == 0
+
+
+def test_cli_sends_with_a_certificate_and_an_empty_token(certp_cluster: LocalCluster) -> None:
+    """docs/security.md's example: ``raftq --tls --ca --cert --key --token '' send``."""
+    from click.testing import CliRunner
+
+    from raft_queue.cli.main import main
+
+    leader, _ = _queue(certp_cluster, "clicert")
+    _granted(certp_cluster, "hana", "clicert", ["send"])
+    dev = write_dev_tls(certp_cluster.tls_dir, [], ("hana",))
+    cert, key = str(dev.cert_file("hana")), str(dev.key_file("hana"))
+    args = ["--server", leader, "--tls", "--ca", str(dev.ca_file), "--cert", cert,
+            "--key", key, "--token", ""]  # fmt: skip
+    result = CliRunner().invoke(main, [*args, "send", "clicert", "by-cli"])
+    assert result.exit_code == 0, result.output
+    assert _latest(certp_cluster, "clicert") == 1

@@ -96,6 +96,36 @@ def test_insecure_serves_callers_without_a_token_but_still_checks_given_ones():
         auth.authenticate(bearer("rqt_wrong"))
 
 
+def test_a_certified_principal_is_vouched_for_only_by_a_signed_call():
+    """[tls] client_cert_principals: a node forwards a caller its door admitted
+    by certificate as ``Certificate <name>``; only a node-signed call may."""
+    view = View()
+    view.m.apply(meta.CreatePrincipal("carl", tokens.token_hash(tokens.new_token())))
+    view.m.apply(meta.GrantAccess("carl", "orders", ("send",)))
+    auth = Authenticator(view, frozenset(), SECRET)
+    ident = auth.authenticate("Certificate carl", node_id="n2")
+    assert ident.name == "carl" and ident.allows("send", "orders") and not ident.superuser
+    assert not ident.allows("node", "")
+    assert auth.authenticate_certificate("principal", "carl").name == "carl"
+    with pytest.raises(errors.Unauthenticated):  # from a client: no credential at all
+        auth.authenticate("Certificate carl")
+    with pytest.raises(errors.Unauthenticated, match="'nobody', which does not exist"):
+        auth.authenticate("Certificate nobody", node_id="n2")
+    with pytest.raises(errors.Unauthenticated, match="names node 'n1'"):
+        auth.authenticate_certificate("node", "n1")
+    with pytest.raises(errors.Unauthenticated):  # the built-in admin is never a certificate
+        auth.authenticate_certificate("principal", "admin")
+
+
+def test_client_cert_principals_needs_require_client_cert():
+    from raft_queue.config import TlsConfig
+
+    with pytest.raises(errors.ConfigError, match="client_cert_principals"):
+        TlsConfig("c.pem", "k.pem", "ca.pem", client_cert_principals=True)
+    assert TlsConfig("c.pem", "k.pem", "ca.pem", True, True).client_cert_principals
+    assert not TlsConfig().client_cert_principals
+
+
 def test_permission_denied_names_operation_and_queue():
     view, alice = View(), tokens.new_token()
     view.m.apply(meta.CreatePrincipal("alice", tokens.token_hash(alice)))

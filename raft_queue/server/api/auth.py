@@ -3,7 +3,9 @@ authorizes every QueueService and AdminService call before its servicer
 runs, so a refused call reads and writes nothing.
 
 - ``authorization: Bearer <token>`` -> an Identity (security/identity.py);
-  missing or invalid -> UNAUTHENTICATED.
+  missing or invalid -> UNAUTHENTICATED. With ``[tls] client_cert_principals``
+  a call without a token is the principal its verified client certificate
+  names (which must exist); a token, when given, still decides.
 - The operation each method needs and the field naming its queue come from
   ``core/access.RPC_OPERATIONS``; no grant -> PERMISSION_DENIED naming both.
   Subscribe is checked on every request of its stream that names a queue.
@@ -31,9 +33,11 @@ import grpc
 
 from raft_queue.core import access
 from raft_queue.errors import PermissionDenied, QueueError, Unauthenticated, Unavailable
+from raft_queue.observability import metrics
 from raft_queue.security.audit import AuditLog
-from raft_queue.security.identity import Authenticator, Identity
+from raft_queue.security.identity import CERTIFIED, Authenticator, Identity
 from raft_queue.security.node_identity import VERIFIED_NODE
+from raft_queue.security.tls import CertIdentity, identity_of
 from raft_queue.server.api.status import abort_with
 from raft_queue.server.api.usage import METERED
 
@@ -73,6 +77,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self._audit = audit
         self.meter = meter
         self.barrier: MetadataBarrier | None = None  # set by the node (main.py)
+        self.cert_principals = False  # [tls] client_cert_principals (door_for)
+        self._certs: dict[bytes, CertIdentity | None] = {}
         self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
     async def intercept_service(
@@ -98,9 +104,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     def page_authorizer(self) -> Callable[[str], bool] | None:
         """The status page's access check (observability/http.py): a token
-        proving a superuser (``admin`` on ``*``: the page shows every queue
-        and node). None (an open page) only when the door is open
-        (``security.insecure``). Asyncio thread, as the HTTP server."""
+        proving a superuser, i.e. an admin token (``admin_tokens_file``; a
+        principal's grants, even ``admin`` on ``*``, do not open it: the page
+        shows every queue and node). None (an open page) only when the door
+        is open (``security.insecure``). Asyncio thread, as the HTTP server."""
         if self._auth.insecure:
             return None
 
@@ -127,18 +134,19 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         PERMISSION_DENIED (audited). Keeps the caller's credential for
         forwarding (CALLER_AUTHORIZATION)."""
         authorization = _authorization(context)
-        identity, refusal = self._judge(authorization, op, queue)
+        cert = self._certificate(authorization, context)
+        identity, refusal = self._judge(authorization, cert, op, queue)
         # Perhaps a grant or token this node's view has not applied yet
         # (server/control/metadata_barrier.py): look again once caught up;
         # UNAVAILABLE (retried) when the view cannot be vouched for, never a
         # refusal that may be false (as right after a restart).
-        if refusal is not None and authorization and self.barrier is not None:
+        if refusal is not None and (authorization or cert) and self.barrier is not None:
             try:
                 await self.barrier.vouch()
             except Unavailable as why:
                 self._audit_line("", op, method, queue or "", "unavailable", context)
                 await abort_with(context, why)
-            identity, refusal = self._judge(authorization, op, queue)
+            identity, refusal = self._judge(authorization, cert, op, queue)
         if refusal is not None:
             name = identity.name if identity is not None else ""
             denied = identity is not None
@@ -147,18 +155,39 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             )
             if self.meter is not None:
                 self.meter.rejected_auth(name, queue or "")
+            metrics.count_rejection("auth")
             await abort_with(context, refusal)
         assert identity is not None
-        CALLER_AUTHORIZATION.set(authorization)
+        # A caller admitted by certificate is vouched for by this node when
+        # its call is forwarded (the leader honours it on node-signed calls only).
+        CALLER_AUTHORIZATION.set(authorization or (CERTIFIED + identity.name if cert else ""))
         CALLER_PRINCIPAL.set(identity.name)
         return identity
 
+    def _certificate(self, authorization: str, context: Any) -> CertIdentity | None:
+        """Who the verified client certificate names, when it is the credential:
+        ``[tls] client_cert_principals`` on, no token, not a node's call."""
+        if not self.cert_principals or authorization or VERIFIED_NODE.get() is not None:
+            return None
+        pems = (context.auth_context() or {}).get("x509_pem_cert") or []
+        if not pems:
+            return None
+        pem = pems[0]
+        if pem not in self._certs:  # parsed once per certificate, not per call
+            if len(self._certs) >= 1024:
+                self._certs.clear()
+            self._certs[pem] = identity_of(pem)
+        return self._certs[pem]
+
     def _judge(
-        self, authorization: str | None, op: str, queue: str | None
+        self, authorization: str | None, cert: CertIdentity | None, op: str, queue: str | None
     ) -> tuple[Identity | None, QueueError | None]:
         """(identity, None) when admitted; else (identity or None, the refusal)."""
         try:
-            identity = self._auth.authenticate(authorization, VERIFIED_NODE.get())
+            if cert is not None:
+                identity = self._auth.authenticate_certificate(cert.kind, cert.name)
+            else:
+                identity = self._auth.authenticate(authorization, VERIFIED_NODE.get())
         except Unauthenticated as exc:
             return None, exc
         if queue is not None and not identity.allows(op, queue):
@@ -198,6 +227,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 # A Send that may create its queue is a manage operation too
                 # (server/dataplane/autocreate.py): nothing is sent or created.
                 self._audit_line(identity.name, access.MANAGE, method, queue, "denied", context)
+                metrics.count_rejection("auth")
                 await abort_with(context, _denied(identity, access.MANAGE, queue))
             if not audited:
                 if self.meter is not None and VERIFIED_NODE.get() is None:  # a client's call
@@ -244,6 +274,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                     queue = getattr(request, field, "") if field else ""
                     if queue and not identity.allows(op, queue):
                         self._audit_line(identity.name, op, method, queue, "denied", context)
+                        metrics.count_rejection("auth")
                         raise _denied(identity, op, queue)
                     yield request
 
@@ -301,4 +332,6 @@ def door_for(node: Node) -> AuthInterceptor:
         log.warning("no security.admin_tokens_file: no client can administer this cluster")
     authenticator = Authenticator(lambda: node.view, admins, node.secret, security.insecure)
     meter = Meter(lambda: node.view)
-    return AuthInterceptor(authenticator, AuditLog(Path(node.config.data_dir) / FILE_NAME), meter)
+    door = AuthInterceptor(authenticator, AuditLog(Path(node.config.data_dir) / FILE_NAME), meter)
+    door.cert_principals = node.config.tls.client_cert_principals
+    return door

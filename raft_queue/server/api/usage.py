@@ -28,6 +28,7 @@ from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2
 from raft_queue.core import metadata as meta
 from raft_queue.core import usage as u
+from raft_queue.observability import metrics
 from raft_queue.server.api.quota import QuotaGate
 
 if TYPE_CHECKING:
@@ -110,6 +111,7 @@ class Meter:
                 self.gate.check(principal, request.queue, messages, nbytes)
             except errors.OverQuota:
                 self.usage.count(principal, request.queue, u.REJECTED_QUOTA, messages, nbytes)
+                metrics.count_rejection("quota")
                 raise
         return nbytes
 
