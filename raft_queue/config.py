@@ -258,16 +258,21 @@ class SecurityConfig:
     # Encryption at rest (docs/security.md "Encryption at rest"): the master
     # keys wrapping every queue's data keys come from ``keyring_file`` (mode
     # 0600) or from ``key_provider`` ("module:Class", a KMS hook). With
-    # neither, this node seals nothing (a warning at start) and cannot read
-    # sealed messages.
+    # neither, the node refuses to start, unless ``insecure = true`` or
+    # ``encryption_at_rest = false`` (then it seals nothing, says so at each
+    # start, and cannot read sealed messages).
     keyring_file: str = ""
     key_provider: str = ""
     # SHA-256s of the superuser tokens, one a line, mode 0600 (security/tokens.py)
     admin_tokens_file: str = ""
+    # false: the explicit opt-out of encryption at rest (see keyring_file)
+    encryption_at_rest: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.insecure, bool):
             raise ConfigError("security.insecure", "must be true or false")
+        if not isinstance(self.encryption_at_rest, bool):
+            raise ConfigError("security.encryption_at_rest", "must be true or false")
 
 
 @dataclass(frozen=True, slots=True)

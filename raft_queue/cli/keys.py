@@ -3,6 +3,10 @@
 ``raftq queue rotate-key Q``: a new data key for queue Q (new messages are
 sealed with it; older ones stay readable with the older keys).
 
+``raftq keys init [FILE]``: make a new keyring file (one random master key,
+mode 0600; default ``data/keyring.json``, what configs/*.toml name). An
+existing file is kept. Copy it to every node.
+
 ``raftq keys add-master --keyring FILE``: add a random master key to a
 keyring file and make it current (copy the file to every node afterwards).
 
@@ -43,6 +47,18 @@ def rotate_key(session: Session, /, name: str, as_json: bool) -> None:
 @click.group()
 def keys() -> None:
     """Master keys of encryption at rest: add one, rewrap every data key."""
+
+
+@keys.command("init")
+@click.argument("keyring", default="data/keyring.json", required=False,
+                type=click.Path(dir_okay=False, path_type=Path))  # fmt: skip
+def init(keyring: Path) -> None:
+    """Make KEYRING (one random master key, mode 0600) if it does not exist:
+    the nodes' [security] keyring_file. Copy it, mode 0600, to every node."""
+    existed = keyring.exists()
+    generate_keyring_file(keyring)  # the same writer `raftq dev up` uses
+    state = "kept (it exists)" if existed else "new keyring, master key m1 is current"
+    print_line(f"{keyring}: {state}  ([security] keyring_file)")
 
 
 @keys.command("add-master")

@@ -152,12 +152,20 @@ class FileKeyProvider:
 
 
 def load_key_provider(security: SecurityConfig) -> KeyProvider | None:
-    """The node's key provider from ``[security]``; None (with a warning) when
-    it names neither a keyring nor a provider: encryption at rest is off."""
+    """The node's key provider from ``[security]``. Encryption at rest is on
+    by default: naming neither a keyring nor a provider is a ConfigError,
+    unless ``encryption_at_rest = false`` or ``insecure = true`` opts out
+    (None, with a warning at each start)."""
     if security.key_provider:
         return _provider_class(security.key_provider)(security)  # type: ignore[no-any-return]
     if security.keyring_file:
         return FileKeyProvider(security.keyring_file)
+    if security.encryption_at_rest and not security.insecure:
+        raise ConfigError(
+            FIELD,
+            "encryption at rest needs a keyring (`raftq keys init data/keyring.json`) "
+            "or key_provider; set encryption_at_rest = false to run without it",
+        )
     log.warning(
         "no [security] keyring_file or key_provider: this node seals nothing at rest "
         "(queue messages reach its disk in plain form) and cannot read sealed messages"

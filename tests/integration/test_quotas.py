@@ -261,6 +261,37 @@ def test_usage_counts_match_sends_exactly_across_node_restarts(cluster, admin):
     assert usage_of(admin, "frank", "qt.use")["send"][:2] == (11, 82)
 
 
+def metadata_leader(admin: Client) -> str:
+    try:
+        return admin.cluster_status().metadata_leader
+    except errors.QueueError:  # an election
+        return ""
+
+
+def test_usage_counts_stay_exact_across_a_metadata_leader_change(cluster, admin):
+    """The metadata leader (where usage lives) takes sends itself, then
+    stops cleanly at once (its unflushed counts go out in its final flush)
+    and another node takes over: every count lands once, none twice."""
+    token = principal_token(admin, "hank", ["qt.meta"])
+    old = wait_until(lambda: metadata_leader(admin), timeout_s=30)
+    index = next(i for i, s in enumerate(cluster.specs) if s.node_id == old)
+    with grpc.insecure_channel(cluster.specs[index].address) as ch:
+        stub = queue_pb2_grpc.QueueServiceStub(ch)  # this node takes (and forwards) them
+        for _ in range(5):
+            stub.Send(send_request("qt.meta", 4), timeout=10,
+                      metadata=(("authorization", f"Bearer {token}"),))  # fmt: skip
+    cluster.stop(index)  # right after the sends: they are not flushed yet
+    wait_until(lambda: metadata_leader(admin) not in ("", old), timeout_s=60)
+    with Client(cluster.bootstrap, timeout_s=60.0, token=token) as hank:
+        for _ in range(3):
+            hank.send("qt.meta", b"after")
+    cluster.start(index)
+    cluster.wait_ready(60)
+    wait_usage(admin, "hank", "qt.meta", "send", (8, 23))
+    time.sleep(2.5)  # several more flush periods (and retries): still exact
+    assert usage_of(admin, "hank", "qt.meta")["send"][:2] == (8, 23)
+
+
 def test_usage_cli_json_and_csv(cluster, admin):
     gina = principal(admin, cluster, "gina", ["qt.cli"])
     with gina:

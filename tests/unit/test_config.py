@@ -49,6 +49,16 @@ def test_the_shipped_three_node_config_describes_three_disjoint_nodes() -> None:
     assert all(n.controller_peers == nodes[0].controller_peers for n in nodes)
 
 
+def test_every_shipped_node_config_encrypts_at_rest() -> None:
+    """Each node of configs/local-*.toml names the keyring `raftq keys init`
+    makes (else it refuses to start: security/keyring.load_key_provider)."""
+    nodes = [config.load(REPO / "configs" / "local-1node.toml")]
+    nodes += config.load_all(REPO / "configs" / "local-3node.toml")
+    for n in nodes:
+        assert n.security.keyring_file == "data/keyring.json", n.node_id
+        assert n.security.encryption_at_rest and not n.security.insecure
+
+
 # ---- load() --------------------------------------------------------------------------
 
 

@@ -118,6 +118,18 @@ def test_a_node_without_keyring_runs_without_encryption(caplog) -> None:
     assert "seals nothing" in caplog.text
 
 
+def test_a_node_without_keyring_refuses_to_start_unless_it_opts_out(caplog) -> None:
+    """On by default: no keyring and no provider is a ConfigError naming the
+    key and the command that makes one; ``encryption_at_rest = false`` is the
+    explicit opt-out (a warning, as with ``insecure``)."""
+    with pytest.raises(errors.ConfigError, match="keyring_file.*raftq keys init"):
+        load_key_provider(SecurityConfig(cluster_secret_file="s"))
+    assert load_key_provider(SecurityConfig(encryption_at_rest=False)) is None
+    assert "seals nothing" in caplog.text
+    with pytest.raises(errors.ConfigError, match="encryption_at_rest"):
+        SecurityConfig(encryption_at_rest="no")  # type: ignore[arg-type]
+
+
 def test_the_key_provider_hook_loads_a_class_by_entry_point(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv(ENV, "ab" * 32)
     spec = "raft_queue.testing.key_provider:EnvKeyProvider"
