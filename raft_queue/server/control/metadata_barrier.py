@@ -80,14 +80,16 @@ class MetadataBarrier:
         """Return once this node's view holds every metadata change committed
         when asked; Unavailable naming why it cannot (bounded by timeout_s)."""
         node = self.node
-        if node.metadata is not None and node.metadata.is_leader():
+        # Until a leader is known: another node, or this one (right after a
+        # start this node may be the one that wins the election).
+        await self._until(lambda: _leads(node) or _other(node))
+        if _leads(node):
             if not await self._until(node.metadata_leader_ready):
                 raise errors.Unavailable(
                     f"{BEHIND}: it leads the metadata group but is still "
                     "applying what earlier terms committed; retry"
                 )
             return
-        await self._until(lambda: _other(node))
         address = _other(node)
         if not address:
             raise errors.Unavailable(
@@ -125,6 +127,10 @@ class MetadataBarrier:
                 return False
             await asyncio.sleep(self.poll_s)
         return True
+
+
+def _leads(node: Node) -> bool:
+    return node.metadata is not None and bool(node.metadata.is_leader())
 
 
 def _other(node: Node) -> str:
