@@ -19,6 +19,7 @@ import functools
 import json
 import random
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -493,8 +494,19 @@ def parse_args(argv: list[str] | None) -> CampaignConfig:
     )  # fmt: skip
 
 
+def _exit_on_sigterm() -> None:
+    """SIGTERM (a CI timeout, ``kill``) unwinds like Ctrl-C, so ``run``'s finally
+    stops the nodes and the toxiproxy server instead of leaving them orphaned."""
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)
+    _exit_on_sigterm()
     result = run(config)
     print(result.render(), flush=True)
     return 0 if result.ok else 1
