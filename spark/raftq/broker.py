@@ -26,23 +26,38 @@ BACKOFF_MAX_S = 2.0
 
 @contextmanager
 def connect(
-    bootstrap: str, token: str | None = None, tls: TlsOptions | None = None
+    bootstrap: str,
+    token: str | None = None,
+    tls: TlsOptions | None = None,
+    manager: str | None = None,
 ) -> Iterator[Any]:
-    """A ``raft_queue.Client`` for the duration of a ``with`` block (over TLS if ``tls``)."""
+    """A client for the duration of a ``with`` block (over TLS if ``tls``): a
+    ``raft_queue.Client`` of the cluster at ``bootstrap``, or, with ``manager``,
+    a ``ManagedClient`` that finds each partition's cluster through the external
+    manager (global partition numbers, as a Client's for a one-cluster queue)."""
     from raft_queue.client import Backoff, Client
+    from raft_queue.client.managed import ManagedClient
 
-    client = Client(
-        bootstrap=bootstrap,
-        token=token,  # None: $RAFTQ_TOKEN or the profile file (client/credentials.py)
-        timeout_s=CALL_TIMEOUT_S,
-        retries=CALL_RETRIES,
-        backoff=Backoff(max_s=BACKOFF_MAX_S),
+    common: dict[str, Any] = {
+        "token": token,  # None: $RAFTQ_TOKEN or the profile file (client/credentials.py)
+        "timeout_s": CALL_TIMEOUT_S,
+        "retries": CALL_RETRIES,
+        "backoff": Backoff(max_s=BACKOFF_MAX_S),
         **(tls.client_kwargs() if tls is not None else {}),
+    }
+    client: Any = (
+        ManagedClient(manager, **common) if manager else Client(bootstrap=bootstrap, **common)
     )
     try:
         yield client
     finally:
         client.close()
+
+
+def connect_for(opts: Any) -> Any:
+    """``connect`` with a parsed SourceOptions / SinkOptions (its bootstrap or
+    manager, token and TLS)."""
+    return connect(opts.bootstrap, opts.token, opts.tls, opts.manager)
 
 
 def layout(client: Any, queues: Sequence[str]) -> Layout:

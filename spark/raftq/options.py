@@ -47,6 +47,19 @@ def bootstrap_of(opts: Mapping[str, str]) -> str:
     return given or os.environ.get("RAFTQ_BOOTSTRAP") or DEFAULT_BOOTSTRAP
 
 
+def manager_of(opts: Mapping[str, str]) -> str | None:
+    """``manager``: the external cluster manager's addresses (``h:p,h:p``). Given,
+    the job reaches the queue's clusters through the manager's mapping (a queue
+    may span clusters; docs/operations.md, "Two levels of manager"), so
+    ``bootstrap`` must not be given too."""
+    given = str(opts.get("manager") or "").strip()
+    if not given:
+        return None
+    if _one_of(opts, BOOTSTRAP_ALIASES, "the cluster address") is not None:
+        raise OptionError("raftq: give only one of manager and bootstrap")
+    return given
+
+
 def token_of(opts: Mapping[str, str]) -> str | None:
     """``token`` option, else $RAFTQ_TOKEN where the options are parsed (the
     Python worker that plans the read or write; executors then get the
@@ -123,6 +136,7 @@ class SourceOptions:
     fetch_size: int
     token: str | None = field(default=None, repr=False)  # never in logs
     tls: TlsOptions | None = None
+    manager: str | None = None  # set: route through the external manager, not bootstrap
 
 
 def source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
@@ -162,6 +176,7 @@ def source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions
         fetch_size=min(positive_int(opts, "fetchSize", 5000) or 5000, MAX_FETCH),
         token=token_of(opts),
         tls=tls_of(opts),
+        manager=manager_of(opts),
     )
 
 
@@ -202,6 +217,7 @@ class SinkOptions:
     checkpoint: str | None
     token: str | None = field(default=None, repr=False)  # never in logs
     tls: TlsOptions | None = None
+    manager: str | None = None  # set: route through the external manager, not bootstrap
 
 
 def sink_options(options: Mapping[str, str]) -> SinkOptions:
@@ -223,4 +239,5 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
         checkpoint=opts.get("checkpointlocation"),
         token=token_of(opts),
         tls=tls_of(opts),
+        manager=manager_of(opts),
     )

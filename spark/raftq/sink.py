@@ -187,7 +187,7 @@ def publish_task(
     pending: dict[tuple[str, int], list[Any]] = {}
     index = 0
     started = time.monotonic()
-    with broker.connect(opts.bootstrap, opts.token, opts.tls) as client:
+    with broker.connect_for(opts) as client:
         lanes = Lanes(lambda queue, messages: broker.publish(client, queue, messages))
         try:
             for row in (r for b in batches for r in out_rows(b)):
@@ -263,7 +263,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         check_schema(schema, self.opts)
         self.sink_id = stream_sink_id(self.opts)
         if self.opts.queue:
-            with broker.connect(self.opts.bootstrap, self.opts.token, self.opts.tls) as client:
+            with broker.connect_for(self.opts) as client:
                 window = broker.dedup_window_ms(client, self.opts.queue)
             warning = replay_risk(self.opts.checkpoint, window)
             if warning:

@@ -88,7 +88,7 @@ def _read_slice(opts: SourceOptions, part: InputPartition) -> Iterator[pa.Record
     """Executor side: stream one slice as Arrow batches, one per Read RPC."""
     if not isinstance(part, QueueSlice):  # Spark's placeholder when there is nothing to read
         return
-    with broker.connect(opts.bootstrap, opts.token, opts.tls) as client:
+    with broker.connect_for(opts) as client:
         for batch in broker.fetch(client, part.as_range(), opts.fetch_size, opts.fail_on_data_loss):
             yield rows.to_record_batch(batch, opts.include_headers)
 
@@ -109,7 +109,7 @@ class BatchReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         opts = self.opts
-        with broker.connect(opts.bootstrap, opts.token, opts.tls) as client:
+        with broker.connect_for(opts) as client:
             shape = broker.layout(client, opts.queues)
             start = _start_offsets(client, opts, shape)
             if opts.ending_ms is not None:
@@ -139,11 +139,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target: off.Offsets | None = None
 
     def _shape(self) -> off.Layout:
-        with broker.connect(self.opts.bootstrap, self.opts.token, self.opts.tls) as client:
+        with broker.connect_for(self.opts) as client:
             return broker.layout(client, self.opts.queues)
 
     def initialOffset(self) -> dict:  # noqa: N802
-        with broker.connect(self.opts.bootstrap, self.opts.token, self.opts.tls) as client:
+        with broker.connect_for(self.opts) as client:
             shape = broker.layout(client, self.opts.queues)
             return _start_offsets(client, self.opts, shape)
 

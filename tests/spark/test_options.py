@@ -88,3 +88,15 @@ def test_tls_options_and_their_environment_fallback(monkeypatch: pytest.MonkeyPa
         source_options({"queue": "q", "tls": "maybe"}, streaming=False)
     with pytest.raises(OptionError, match="certFile and keyFile go together"):
         sink_options({"certFile": "/c.pem"})
+
+
+def test_manager_option_routes_through_the_external_manager_and_excludes_bootstrap() -> None:
+    opts = source_options({"queue": "q", "manager": " m:1,m:2 "}, streaming=False)
+    assert opts.manager == "m:1,m:2"
+    assert sink_options({"queue": "q", "Manager": "m:1"}).manager == "m:1"
+    assert source_options({"queue": "q"}, streaming=False).manager is None
+    for both in ({"bootstrap": "h:1"}, {"kafka.bootstrap.servers": "h:1"}):
+        with pytest.raises(OptionError, match="only one of manager and bootstrap"):
+            source_options({"queue": "q", "manager": "m:1", **both}, streaming=False)
+        with pytest.raises(OptionError, match="only one of manager and bootstrap"):
+            sink_options({"queue": "q", "manager": "m:1", **both})
