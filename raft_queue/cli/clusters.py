@@ -14,6 +14,7 @@ read) go through the manager's mapping too (client/managed.py).
 
 from __future__ import annotations
 
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -137,18 +138,36 @@ def place(session: Session, name: str, cluster: str, partitions: int | None, as_
 # ---- raftq dev up --clusters N -------------------------------------------------------------
 
 
-def fleet_up(count: int, nodes: int, data_dir: str, base_port: int) -> None:
+def fleet_up(
+    count: int, nodes: int, data_dir: str, base_port: int, tls: bool = False, mtls: bool = False
+) -> None:
     """N LocalClusters (cluster k on base_port + 1000 * k) and a 3-node manager
-    (on base_port + 1000 * N), one admin token for all; foreground until Ctrl-C."""
+    (on base_port + 1000 * N), one admin token for all; foreground until Ctrl-C.
+    ``tls``: one dev CA (DATA_DIR/tls) signs every node's and manager's
+    certificate, and every gRPC port is TLS only; ``mtls``: they require client
+    certificates too."""
+    from raft_queue.security.tls import write_dev_tls
     from raft_queue.testing.cluster import LocalCluster
     from raft_queue.testing.managers import ManagerCluster
 
     base = Path(data_dir).resolve()
-    managers = ManagerCluster(base / "manager", managers=3, base_port=base_port + 1000 * count)
+    ca = write_dev_tls(base / "tls", []) if tls else None
+    mtls_options = {"require_client_cert": True} if mtls else {}
+    managers = ManagerCluster(
+        base / "manager", managers=3, base_port=base_port + 1000 * count,
+        tls_dir=ca.dir if ca else None, tls_options=mtls_options,
+    )  # fmt: skip
     token = managers.token
     fleet = []
     for k in range(count):
-        c = LocalCluster(base / f"c{k + 1}", nodes=nodes, base_port=base_port + 1000 * k)
+        c = LocalCluster(
+            base / f"c{k + 1}", nodes=nodes, base_port=base_port + 1000 * k, tls=tls,
+            tls_options=mtls_options,
+        )  # fmt: skip
+        if ca is not None:  # the fleet's CA: LocalCluster keeps CA files it finds
+            c.tls_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            for name in ("ca.pem", "ca.key"):
+                shutil.copy2(ca.dir / name, c.tls_dir / name)
         c.base_dir.mkdir(parents=True, exist_ok=True)
         token_file = c.base_dir / "admin.token"
         if not token_file.exists():  # one token for the whole fleet
@@ -190,6 +209,10 @@ def _print_fleet(fleet: list[Any], managers: Any, token: str) -> None:
     click.echo(f"  manager:    {managers.bootstrap}  (data in {managers.base_dir})")
     click.echo(f"\n  export RAFTQ_MANAGER={managers.bootstrap}")
     click.echo(f"  export RAFTQ_TOKEN={token}")
+    from raft_queue.cli.dev import tls_exports
+
+    for line in tls_exports(fleet[0]):  # one CA for the fleet: valid for every port
+        click.echo(f"  export {line}")
     click.echo("  raftq clusters list")
     click.echo("  raftq queue place orders --cluster c1")
     click.echo("  raftq send orders hello      # routed by the manager's mapping")

@@ -66,10 +66,7 @@ def up(
     if clusters > 1:
         from raft_queue.cli.clusters import fleet_up
 
-        if tls or mtls:
-            raise click.UsageError("--clusters > 1 runs without TLS (the manager has none yet)")
-
-        fleet_up(clusters, nodes, data_dir, base_port)
+        fleet_up(clusters, nodes, data_dir, base_port, tls=tls or mtls, mtls=mtls)
         return
     cluster = LocalCluster(
         Path(data_dir).resolve(), nodes=nodes, base_port=base_port, tls=tls or mtls,

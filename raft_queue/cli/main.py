@@ -46,14 +46,19 @@ class Session:
         self.timeout_s = timeout_s
         self.token = token
         self.tls = tls or {}  # Client's TLS keyword arguments (client/tls.py)
+        # --server on the command line: commands go to that cluster directly even
+        # with $RAFTQ_MANAGER set (the manager still serves the `clusters` commands)
+        self.direct = False
         self._client: Client | None = None
 
     @property
     def client(self) -> Client:
-        if self._client is None and self.manager:
+        if self._client is None and self.manager and not self.direct:
             from raft_queue.client.managed import ManagedClient
 
-            managed: Any = ManagedClient(self.manager, self.token, timeout_s=self.timeout_s)
+            managed: Any = ManagedClient(
+                self.manager, self.token, timeout_s=self.timeout_s, **self.tls
+            )
             self._client = managed
         if self._client is None:
             self._client = Client(
@@ -67,7 +72,7 @@ class Session:
         if getattr(self, "_manager_admin", None) is None:
             from raft_queue.client.manager_admin import ManagerAdmin
 
-            self._manager_admin = ManagerAdmin(self.manager, self.token, self.timeout_s)
+            self._manager_admin = ManagerAdmin(self.manager, self.token, self.timeout_s, **self.tls)
         return self._manager_admin
 
     def close(self) -> None:
@@ -141,6 +146,7 @@ def main(
     """raftq: operate a raft_queue cluster."""
     session = Session(server, timeout_s, token, tls_arguments(tls, ca_file, cert_file, key_file))
     session.manager = manager
+    session.direct = ctx.get_parameter_source("server") == click.core.ParameterSource.COMMANDLINE
     ctx.obj = session
     ctx.call_on_close(session.close)
 

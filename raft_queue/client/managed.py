@@ -56,6 +56,7 @@ Receipts = str | Message | Iterable[str | Message]
 RECEIPT_SEP = "@"  # cluster names never hold it (config.check_name)
 POLL_SLICE_MS = 200  # a long poll over several clusters waits this long on each in turn
 SEND_THREADS = 8  # a batch's shares for different clusters are sent in parallel
+TLS_ARGUMENTS = ("tls", "ca_file", "cert_file", "key_file")  # to the manager too
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -75,7 +76,9 @@ class Mapping_:
 class ManagedClient:
     """``manager``: the manager's gRPC addresses. ``token``: the bearer token for
     the manager and, unless ``cluster_tokens`` names one, for every cluster.
-    Other keyword arguments go to each cluster's ``Client``."""
+    Other keyword arguments go to each cluster's ``Client``; the TLS ones
+    (``tls``, ``ca_file``, ``cert_file``, ``key_file``) to the manager's
+    channels too (one CA for the fleet)."""
 
     def __init__(
         self,
@@ -86,7 +89,8 @@ class ManagedClient:
         **client_kwargs: Any,
     ) -> None:
         self._token = resolve_token(token)
-        self.manager = ManagerAdmin(manager, token=self._token or "", timeout_s=timeout_s)
+        tls = {k: client_kwargs[k] for k in TLS_ARGUMENTS if k in client_kwargs}
+        self.manager = ManagerAdmin(manager, token=self._token or "", timeout_s=timeout_s, **tls)
         self._cluster_tokens = dict(cluster_tokens or {})
         self._client_kwargs = {"timeout_s": timeout_s, **client_kwargs}
         self._clients: dict[str, tuple[tuple[str, ...], Client]] = {}

@@ -20,6 +20,7 @@ from raft_queue._proto.raft_queue.v1 import manager_pb2, manager_pb2_grpc
 from raft_queue.client.credentials import call_metadata, resolve_token
 from raft_queue.client.errors import from_rpc_error
 from raft_queue.client.models import config_to_pb
+from raft_queue.client.tls import ClientTls, sync_factory
 
 RETRY_PAUSE_S = 0.2
 
@@ -31,9 +32,16 @@ class ManagerAdmin:
         token: str | None = None,
         timeout_s: float = 10.0,
         attempts: int = 1000,
+        tls: bool = False,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
     ) -> None:
         from raft_queue.client.client import parse_bootstrap
 
+        # A manager with [tls] serves TLS only: the same arguments as Client's
+        # (client/tls.py), checked now (a bad file is an InvalidArgument naming it).
+        self._dial = sync_factory(ClientTls.of(tls, ca_file, cert_file, key_file))
         self._addresses = parse_bootstrap(managers)
         self._metadata = call_metadata(resolve_token(token))
         self._timeout_s = timeout_s
@@ -44,7 +52,7 @@ class ManagerAdmin:
     def _stub(self, address: str) -> Any:
         entry = self._channels.get(address)
         if entry is None:
-            channel = grpc.insecure_channel(address)
+            channel = self._dial(address)
             entry = (channel, manager_pb2_grpc.ManagerServiceStub(channel))
             self._channels[address] = entry
         return entry[1]

@@ -11,6 +11,7 @@ from pathlib import Path
 from raft_queue.config import (
     RaftTuning,
     SecurityConfig,
+    TlsConfig,
     _build,
     _merged,
     _read_toml,
@@ -49,6 +50,10 @@ class ManagerConfig:
     raft: RaftTuning = field(default_factory=RaftTuning)
     security: SecurityConfig = field(default_factory=SecurityConfig)
     health: HealthPolling = field(default_factory=HealthPolling)
+    # [tls], as a node's: the manager's gRPC port serves TLS only, and the
+    # manager dials its clusters over TLS, checking them against ca_file (one
+    # CA for the fleet), presenting its certificate when require_client_cert.
+    tls: TlsConfig = field(default_factory=TlsConfig)
 
     def __post_init__(self) -> None:
         check_name("manager_id", self.manager_id, error=ConfigError)

@@ -27,6 +27,7 @@ from typing import Any
 
 from raft_queue.client import Client
 from raft_queue.client.models import ClusterStatus
+from raft_queue.config import TlsConfig
 from raft_queue.manager import state
 from raft_queue.manager.config import HealthPolling
 from raft_queue.manager.node import ManagerNode
@@ -133,8 +134,30 @@ class HealthPoller:
         self._clients.clear()
 
 
+# How this manager process dials its clusters (Client's TLS keyword arguments);
+# set once at start by ``dial_clusters_with`` from the manager's [tls], so every
+# call to a cluster (health polls, creates, moves) uses the same rule.
+_CLUSTER_TLS: dict[str, Any] = {}
+
+
+def dial_clusters_with(tls: TlsConfig) -> None:
+    """Dial clusters over TLS when the manager's own [tls] is on: the fleet's
+    CA (``ca_file``) checks the clusters' nodes, and the manager presents its
+    certificate to clusters that require one (``require_client_cert``)."""
+    _CLUSTER_TLS.clear()
+    if not tls.enabled:
+        return
+    _CLUSTER_TLS.update(tls=True, ca_file=tls.ca_file or None)
+    if tls.require_client_cert:
+        _CLUSTER_TLS.update(cert_file=tls.cert_file, key_file=tls.key_file)
+
+
 def cluster_client(bootstrap: tuple[str, ...], token: str, timeout_s: float, **kw: Any) -> Client:
     """An SDK client of one cluster, as the manager calls it (its admin token)."""
     return Client(
-        list(bootstrap), timeout_s=timeout_s, retries=kw.pop("retries", 2), token=token, **kw
+        list(bootstrap),
+        timeout_s=timeout_s,
+        retries=kw.pop("retries", 2),
+        token=token,
+        **{**_CLUSTER_TLS, **kw},
     )

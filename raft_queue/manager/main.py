@@ -5,7 +5,8 @@ server (ManagerService and grpc.health.v1) and, on whichever manager leads,
 the health poller (manager/health.py). Secured as a node is: the manager's
 own secret (``[security] cluster_secret_file``) authenticates and seals its
 Raft links and the cluster tokens it keeps; ``admin_tokens_file`` lists the
-tokens its API accepts. SIGTERM / SIGINT stop it cleanly.
+tokens its API accepts. With ``[tls]`` its gRPC port is TLS only and it dials
+its clusters over TLS. SIGTERM / SIGINT stop it cleanly.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from grpc_health.v1 import health, health_pb2_grpc
 
 from raft_queue.manager import config as config_mod
 from raft_queue.manager.config import ManagerConfig
-from raft_queue.manager.health import HealthPoller
+from raft_queue.manager.health import HealthPoller, dial_clusters_with
 from raft_queue.manager.node import ManagerNode
 from raft_queue.manager.sealing import TokenSeal
 from raft_queue.manager.service import ManagerService
@@ -29,6 +30,7 @@ from raft_queue.security.files import private_files
 from raft_queue.security.identity import Authenticator
 from raft_queue.security.secret import node_secret
 from raft_queue.security.tokens import load_admin_hashes
+from raft_queue.server.tls import NodeTls
 
 log = logging.getLogger("raft_queue.manager")
 
@@ -52,6 +54,8 @@ async def serve(config: ManagerConfig) -> None:
     if secret is None:
         log.warning("security.insecure = true: the manager's Raft links are NOT authenticated")
     private_files(config.data_dir)
+    tls = NodeTls(config.tls)  # files read and checked before anything starts
+    dial_clusters_with(config.tls)
     node = ManagerNode(config, secret)
     await loop.run_in_executor(None, node.start)
     seal = TokenSeal(secret)
@@ -62,11 +66,12 @@ async def serve(config: ManagerConfig) -> None:
     manager_pb2_grpc.add_ManagerServiceServicer_to_server(service, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    server.add_insecure_port(config.address)
+    tls.add_port(server, config.address)  # TLS only when [tls] is on
     await server.start()
     poller = HealthPoller(node, seal, config.health)
     task = asyncio.create_task(poller.run_forever())
-    print(f"raftq manager {node.id} ready on {config.address}", flush=True)
+    scheme = "TLS" if tls.enabled else "plaintext"
+    print(f"raftq manager {node.id} ready on {config.address} ({scheme})", flush=True)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)

@@ -22,7 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raft_queue.testing.cluster import _private_dir, _private_write, _toml, reserve_ports
+from raft_queue.testing.cluster import (
+    CLIENT_PRINCIPAL,
+    _private_dir,
+    _private_write,
+    _toml,
+    reserve_ports,
+)
 
 
 @dataclass
@@ -32,6 +38,11 @@ class ManagerCluster:
     raft: dict[str, Any] = field(default_factory=dict)
     health: dict[str, Any] = field(default_factory=dict)  # [health] (manager/config.py)
     base_port: int | None = None  # gRPC on base, base+2, ..; Raft on base+1, base+3, ..
+    # A directory with the fleet's dev CA (``write_dev_tls``, e.g. a TLS
+    # LocalCluster's ``tls_dir``): each manager gets a certificate signed by it
+    # and serves TLS only; admin() dials over TLS. tls_options: more [tls] keys.
+    tls_dir: Path | None = None
+    tls_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.base_dir = Path(self.base_dir)
@@ -102,8 +113,34 @@ class ManagerCluster:
                 "[security]",
                 f"cluster_secret_file = {_toml(str(secret))}",
                 f"admin_tokens_file = {_toml(str(self.base_dir / 'admin.tokens'))}",
+                *self._tls_section(m),
             ]
             _private_write(self.config_path(i), "\n".join(lines) + "\n")
+
+    def _tls_section(self, manager_id: str) -> list[str]:
+        if self.tls_dir is None:
+            return []
+        from raft_queue.security.tls import write_dev_tls
+
+        d = write_dev_tls(self.tls_dir, [manager_id])  # keeps the CA and other files
+        keys = {"cert_file": str(d.cert_file(manager_id)),
+                "key_file": str(d.key_file(manager_id)),
+                "ca_file": str(d.ca_file), **self.tls_options}  # fmt: skip
+        return ["", "[tls]", *(f"{k} = {_toml(v)}" for k, v in keys.items())]
+
+    @property
+    def client_tls(self) -> dict[str, Any]:
+        """Client's / ManagerAdmin's TLS keyword arguments for this manager group."""
+        if self.tls_dir is None:
+            return {}
+        from raft_queue.security.tls import write_dev_tls
+
+        d = write_dev_tls(self.tls_dir, [], (CLIENT_PRINCIPAL,))
+        out: dict[str, Any] = {"tls": True, "ca_file": str(d.ca_file)}
+        if self.tls_options.get("require_client_cert"):
+            out.update(cert_file=str(d.cert_file(CLIENT_PRINCIPAL)),
+                       key_file=str(d.key_file(CLIENT_PRINCIPAL)))  # fmt: skip
+        return out
 
     def start(self, i: int | None = None) -> None:
         if i is None:
@@ -142,7 +179,7 @@ class ManagerCluster:
     def admin(self, **kwargs: Any) -> Any:
         from raft_queue.client.manager_admin import ManagerAdmin
 
-        return ManagerAdmin(self.bootstrap, **{"token": self.token, **kwargs})
+        return ManagerAdmin(self.bootstrap, **{"token": self.token, **self.client_tls, **kwargs})
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         """Until a manager answers ListClusters naming a leader."""

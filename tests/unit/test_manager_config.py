@@ -42,3 +42,25 @@ def test_cluster_tokens_are_sealed_to_the_secret_and_the_cluster() -> None:
     with pytest.raises(errors.FailedPrecondition):
         TokenSeal(b"t" * 32).open(sealed, "c1")
     assert TokenSeal(None).open(TokenSeal(None).seal("tok", "c1"), "c1") == "tok"
+
+
+def test_tls_is_off_by_default_and_its_keys_are_checked_by_name(tmp_path: Path) -> None:
+    from raft_queue.manager.health import _CLUSTER_TLS, dial_clusters_with
+
+    assert not config.load(EXAMPLE, "m1").tls.enabled
+    bad = tmp_path / "m.toml"
+    bad.write_text('manager_id = "m1"\ndata_dir = "d"\n[tls]\ncert_file = "m1.pem"\n')
+    with pytest.raises(errors.ConfigError) as exc:
+        config.load(bad)
+    assert exc.value.field == "tls.key_file"
+    on = (
+        'manager_id = "m1"\ndata_dir = "d"\n[tls]\ncert_file = "a"\nkey_file = "b"\nca_file = "c"\n'
+    )
+    bad.write_text(on)
+    dial_clusters_with(config.load(bad).tls)  # clusters dialled over TLS, checked by the CA
+    assert _CLUSTER_TLS == {"tls": True, "ca_file": "c"}
+    bad.write_text(on + "require_client_cert = true\n")
+    dial_clusters_with(config.load(bad).tls)  # and the manager presents its certificate
+    assert _CLUSTER_TLS["cert_file"] == "a" and _CLUSTER_TLS["key_file"] == "b"
+    dial_clusters_with(config.load(EXAMPLE, "m1").tls)
+    assert _CLUSTER_TLS == {}
