@@ -210,13 +210,28 @@ class ReplicaStatus:
 
 @dataclass(frozen=True, slots=True)
 class ClusterStatus:
-    """Nodes and replicas; ``unreachable`` lists nodes that did not answer."""
+    """Nodes and replicas; ``unreachable`` lists nodes that did not answer.
+    ``counters`` (asked with ``include_counters``): per answering node, its
+    message totals per queue partition since that node process started."""
 
     nodes: list[NodeInfo]
     replicas: list[ReplicaStatus]
     metadata_leader: str = ""
     metadata_version: int = 0
     unreachable: list[str] = field(default_factory=list)
+    counters: dict[str, list[QueueCounters]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounters:
+    """One node's totals for one partition: appended and acked as its leader,
+    delivered to this node's clients (raftq_messages_*_total)."""
+
+    queue: str
+    partition: int
+    sent: int = 0
+    received: int = 0
+    acked: int = 0
 
 
 # ---- wire translation -------------------------------------------------------
@@ -419,6 +434,10 @@ def cluster_status_from_pb(pb: admin_pb2.ClusterStatusResponse) -> ClusterStatus
         metadata_leader=pb.metadata_leader,
         metadata_version=pb.metadata_version,
         unreachable=list(pb.unreachable),
+        counters={
+            n.node: [QueueCounters(**_plain(q, QueueCounters)) for q in n.queues]
+            for n in pb.counters
+        },
     )
 
 

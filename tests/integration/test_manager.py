@@ -196,6 +196,19 @@ def test_a_queue_spanning_both_clusters_sends_and_receives_reach_all_partitions(
         sent_at = {m.body: r.partition for m, r in zip(messages, results, strict=True)}
         assert got == sent_at  # each message came from the partition it was sent to
         assert client.receive("span", 10) == []
+    # Each cluster's counters (what the manager's heat is made of) saw its share:
+    # 200 sends, 200 deliveries and 200 acks in all, summed over nodes.
+    seen = {"sent": 0, "received": 0, "acked": 0}
+    for c in (fleet.c1, fleet.c2):
+        with c.client() as direct:
+            status = direct.cluster_status(include_counters=True)
+        assert set(status.counters) == {n.id for n in status.nodes}  # every node answered
+        for rows in status.counters.values():
+            for row in rows:
+                if row.queue == "span":
+                    for name in seen:
+                        seen[name] += getattr(row, name)
+    assert seen == {"sent": 200, "received": 200, "acked": 200}
 
 
 def test_the_spark_broker_reads_and_writes_a_spanning_queue_through_the_managed_client(

@@ -33,7 +33,8 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     @handled
     async def ClusterStatus(self, request: Any, context: Any) -> Any:  # noqa: N802
-        replicas, unreachable = await self.c.all_status(request.include_digests)
+        counters: dict[str, list[Any]] | None = {} if request.include_counters else None
+        replicas, unreachable = await self.c.all_status(request.include_digests, counters)
         leader = self.node.metadata_leader_id() or ""
         nodes = []
         for n in sorted(self.node.view.nodes().values(), key=lambda n: n.node_id):
@@ -62,6 +63,9 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             unreachable=unreachable,
             controllers=voters.controllers,
             controller_change=voters.change,
+            counters=[
+                admin_pb2.NodeCounters(node=n, queues=qs) for n, qs in (counters or {}).items()
+            ],
         )
 
     # ---- operations (metadata leader) -------------------------------------------------

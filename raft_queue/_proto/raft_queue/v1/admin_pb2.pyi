@@ -79,13 +79,15 @@ class ReplicaStatus(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., node: _Optional[str] = ..., role: _Optional[str] = ..., leader: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., last_applied: _Optional[int] = ..., log_len: _Optional[int] = ..., next_offset: _Optional[int] = ..., digest: _Optional[str] = ..., has_quorum: _Optional[bool] = ..., earliest_offset: _Optional[int] = ..., messages: _Optional[int] = ..., in_flight: _Optional[int] = ..., epoch: _Optional[int] = ..., delayed: _Optional[int] = ..., dead: _Optional[int] = ..., bytes: _Optional[int] = ..., oldest_timestamp_ms: _Optional[int] = ..., failure: _Optional[str] = ..., snapshot_failures: _Optional[int] = ..., sealed: _Optional[bool] = ...) -> None: ...
 
 class ClusterStatusRequest(_message.Message):
-    __slots__ = ("include_digests",)
+    __slots__ = ("include_digests", "include_counters")
     INCLUDE_DIGESTS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_COUNTERS_FIELD_NUMBER: _ClassVar[int]
     include_digests: bool
-    def __init__(self, include_digests: _Optional[bool] = ...) -> None: ...
+    include_counters: bool
+    def __init__(self, include_digests: _Optional[bool] = ..., include_counters: _Optional[bool] = ...) -> None: ...
 
 class ClusterStatusResponse(_message.Message):
-    __slots__ = ("nodes", "metadata_leader", "metadata_version", "replicas", "unreachable", "controllers", "controller_change")
+    __slots__ = ("nodes", "metadata_leader", "metadata_version", "replicas", "unreachable", "controllers", "controller_change", "counters")
     NODES_FIELD_NUMBER: _ClassVar[int]
     METADATA_LEADER_FIELD_NUMBER: _ClassVar[int]
     METADATA_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +95,7 @@ class ClusterStatusResponse(_message.Message):
     UNREACHABLE_FIELD_NUMBER: _ClassVar[int]
     CONTROLLERS_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_CHANGE_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
     nodes: _containers.RepeatedCompositeFieldContainer[NodeInfo]
     metadata_leader: str
     metadata_version: int
@@ -100,7 +103,16 @@ class ClusterStatusResponse(_message.Message):
     unreachable: _containers.RepeatedScalarFieldContainer[str]
     controllers: _containers.RepeatedCompositeFieldContainer[ControllerInfo]
     controller_change: str
-    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ..., metadata_leader: _Optional[str] = ..., metadata_version: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., unreachable: _Optional[_Iterable[str]] = ..., controllers: _Optional[_Iterable[_Union[ControllerInfo, _Mapping]]] = ..., controller_change: _Optional[str] = ...) -> None: ...
+    counters: _containers.RepeatedCompositeFieldContainer[NodeCounters]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ..., metadata_leader: _Optional[str] = ..., metadata_version: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., unreachable: _Optional[_Iterable[str]] = ..., controllers: _Optional[_Iterable[_Union[ControllerInfo, _Mapping]]] = ..., controller_change: _Optional[str] = ..., counters: _Optional[_Iterable[_Union[NodeCounters, _Mapping]]] = ...) -> None: ...
+
+class NodeCounters(_message.Message):
+    __slots__ = ("node", "queues")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    queues: _containers.RepeatedCompositeFieldContainer[QueueCounters]
+    def __init__(self, node: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[QueueCounters, _Mapping]]] = ...) -> None: ...
 
 class NodeStatusRequest(_message.Message):
     __slots__ = ("include_digests", "include_counters")
