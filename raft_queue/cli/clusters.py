@@ -51,6 +51,7 @@ def _cluster_row(c: Any) -> dict[str, Any]:
     return {
         "name": c.name, "health": c.health, "load": c.load, "draining": c.draining,
         "bootstrap": list(c.bootstrap), "queues": list(c.queues), "reason": c.reason,
+        "heat_msgs_per_s": c.heat_msgs_per_s if c.heat_msgs_per_s >= 0 else None,
     }  # fmt: skip
 
 
@@ -63,16 +64,19 @@ def clusters() -> None:
 @json_option
 @click.pass_obj
 def list_clusters(session: Session, as_json: bool) -> None:
-    """Each cluster: health (healthy, degraded, down), load, draining, queues."""
+    """Each cluster: health (healthy, degraded, down), load (partitions per
+    node), heat (messages handled per second per node), draining, queues."""
     answer = _admin(session).list_clusters()
     rows = [_cluster_row(c) for c in answer.clusters]
     if as_json:
         print_json({"leader": answer.leader, "version": answer.version, "clusters": rows})
         return
-    click.echo(f"{'CLUSTER':<16} {'HEALTH':<9} {'LOAD':>5} {'DRAIN':<5} {'QUEUES':>6}  REASON")
+    click.echo(f"{'CLUSTER':<16} {'HEALTH':<9} {'LOAD':>5} {'HEAT/s':>8} {'DRAIN':<5} "
+               f"{'QUEUES':>6}  REASON")  # fmt: skip
     for r in rows:
         drain = "yes" if r["draining"] else ""
-        click.echo(f"{r['name']:<16} {r['health']:<9} {r['load']:>5} {drain:<5} "
+        heat = "-" if r["heat_msgs_per_s"] is None else f"{r['heat_msgs_per_s']:.0f}"
+        click.echo(f"{r['name']:<16} {r['health']:<9} {r['load']:>5} {heat:>8} {drain:<5} "
                    f"{len(r['queues']):>6}  {r['reason']}")  # fmt: skip
 
 

@@ -30,11 +30,16 @@ CounterKey = tuple[str, str, int]  # (node, queue, partition)
 class CounterRow(Protocol):
     """One node's totals for one partition (client/models.py QueueCounters)."""
 
-    queue: str
-    partition: int
-    sent: int
-    received: int
-    acked: int
+    @property
+    def queue(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def sent(self) -> int: ...
+    @property
+    def received(self) -> int: ...
+    @property
+    def acked(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,6 +69,7 @@ async def serve(config: ManagerConfig) -> None:
     tls.add_port(server, config.address)  # TLS only when [tls] is on
     await server.start()
     poller = HealthPoller(node, seal, config.health)
+    service.heat_of = poller.heat_per_node
     task = asyncio.create_task(poller.run_forever())
     scheme = "TLS" if tls.enabled else "plaintext"
     print(f"raftq manager {node.id} ready on {config.address} ({scheme})", flush=True)

@@ -40,7 +40,9 @@ from raft_queue.server.api.status import abort_with
 CLUSTER_CALL_TIMEOUT_S = 30.0  # one cluster's CreateQueue / GetQueue, retries included
 
 
-def cluster_pb(record: state.ClusterRecord, view: state.ManagerMachine) -> Any:
+def cluster_pb(
+    record: state.ClusterRecord, view: state.ManagerMachine, heat: float | None = None
+) -> Any:
     return manager_pb2.ClusterInfo(
         name=record.name,
         bootstrap=list(record.bootstrap),
@@ -50,6 +52,7 @@ def cluster_pb(record: state.ClusterRecord, view: state.ManagerMachine) -> Any:
         health_since_ms=record.health_since_ms,
         reason=record.reason,
         queues=view.queues_on(record.name),
+        heat_msgs_per_s=-1.0 if heat is None else heat,
     )
 
 
@@ -66,6 +69,9 @@ class ManagerService(manager_pb2_grpc.ManagerServiceServicer):
         self._node = node
         self._seal = seal
         self._door = door
+        # A cluster's heat per node as the leader's poller last measured it
+        # (manager/main.py wires manager/health.py's meter in); None: unknown.
+        self.heat_of: Callable[[str], float | None] = lambda name: None
 
     # ---- the edge ---------------------------------------------------------------------------
     async def _serve(self, context: Any, work: Callable[[], Awaitable[Any]]) -> Any:
@@ -114,7 +120,10 @@ class ManagerService(manager_pb2_grpc.ManagerServiceServicer):
     async def ListClusters(self, request: Any, context: Any) -> Any:  # noqa: N802
         async def work() -> Any:
             view = self._node.view
-            clusters = [cluster_pb(c, view) for _, c in sorted(view.clusters().items())]
+            clusters = [
+                cluster_pb(c, view, self.heat_of(name))
+                for name, c in sorted(view.clusters().items())
+            ]
             return manager_pb2.ListClustersResponse(
                 clusters=clusters, version=view.version, leader=self._node.leader_address()
             )

@@ -211,6 +211,21 @@ def test_a_queue_spanning_both_clusters_sends_and_receives_reach_all_partitions(
     assert seen == {"sent": 200, "received": 200, "acked": 200}
 
 
+def test_the_manager_measures_each_clusters_heat_from_its_traffic(fleet: Fleet) -> None:
+    """Heat (messages handled per second per node, manager/heat.py) rises on the
+    cluster that takes the traffic; the other stays cool."""
+    with fleet.managed() as client, fleet.managers.admin() as admin:
+        client.create_queue("hot", 1, clusters=["c1"])
+        heat: dict[str, float] = {}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            client.send_batch("hot", [OutgoingMessage(b"x" * 10) for _ in range(200)])
+            heat = {c.name: c.heat_msgs_per_s for c in admin.list_clusters().clusters}
+            if heat["c1"] >= 50 and 0 <= heat["c2"] < heat["c1"] / 4:
+                break
+        assert heat["c1"] >= 50 and 0 <= heat["c2"] < heat["c1"] / 4, heat
+
+
 def test_the_spark_broker_reads_and_writes_a_spanning_queue_through_the_managed_client(
     fleet: Fleet,
 ) -> None:

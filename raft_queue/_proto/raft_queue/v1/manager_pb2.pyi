@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ClusterInfo(_message.Message):
-    __slots__ = ("name", "bootstrap", "health", "load", "draining", "health_since_ms", "reason", "queues")
+    __slots__ = ("name", "bootstrap", "health", "load", "draining", "health_since_ms", "reason", "queues", "heat_msgs_per_s")
     NAME_FIELD_NUMBER: _ClassVar[int]
     BOOTSTRAP_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
@@ -17,6 +17,7 @@ class ClusterInfo(_message.Message):
     HEALTH_SINCE_MS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
+    HEAT_MSGS_PER_S_FIELD_NUMBER: _ClassVar[int]
     name: str
     bootstrap: _containers.RepeatedScalarFieldContainer[str]
     health: str
@@ -25,7 +26,8 @@ class ClusterInfo(_message.Message):
     health_since_ms: int
     reason: str
     queues: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., bootstrap: _Optional[_Iterable[str]] = ..., health: _Optional[str] = ..., load: _Optional[int] = ..., draining: _Optional[bool] = ..., health_since_ms: _Optional[int] = ..., reason: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ...) -> None: ...
+    heat_msgs_per_s: float
+    def __init__(self, name: _Optional[str] = ..., bootstrap: _Optional[_Iterable[str]] = ..., health: _Optional[str] = ..., load: _Optional[int] = ..., draining: _Optional[bool] = ..., health_since_ms: _Optional[int] = ..., reason: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., heat_msgs_per_s: _Optional[float] = ...) -> None: ...
 
 class AddClusterRequest(_message.Message):
     __slots__ = ("name", "bootstrap", "token")
