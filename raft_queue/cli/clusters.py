@@ -107,7 +107,7 @@ def remove(session: Session, name: str, as_json: bool) -> None:
 @json_option
 @click.pass_obj
 def drain(session: Session, name: str, undo: bool, as_json: bool) -> None:
-    """Place no new queue on NAME (its queues stay: moving them is not built yet)."""
+    """Place no new queue on NAME (its queues stay: raftq queue move moves them)."""
     info = _admin(session).drain_cluster(name, undrain=undo)
     _show(info, as_json, f"cluster {name} {'takes new queues' if undo else 'draining'}")
 
