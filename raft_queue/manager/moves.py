@@ -157,11 +157,14 @@ class MoveWatch:
     def _fresh_target(self, dst: Any, queue: str, config: dict[str, Any]) -> None:
         """An empty target queue: a copy cut short before (this leader's or a
         previous one's) is dropped and the queue created again."""
-        if all(p.latest_offset == 0 for p in dst.partitions(queue)):
-            return
-        self._check_leader()
-        log.info("queue %s: dropping a partial copy on the target", queue)
-        dst.delete_queue(queue)
+        try:
+            if all(p.latest_offset == 0 for p in dst.partitions(queue)):
+                return
+            self._check_leader()
+            log.info("queue %s: dropping a partial copy on the target", queue)
+            dst.delete_queue(queue)
+        except errors.NotFound:  # deleted on the target behind our back: create it again
+            pass
         deadline = time.monotonic() + CALL_TIMEOUT_S
         while True:
             try:

@@ -9,7 +9,8 @@ docs/operations.md "Moving a queue between clusters").
   Nodes also refuse a Receive of a fenced queue at once (receiving.py), so a
   ManagedClient refetches the mapping. ``fenced = False`` undoes it (a
   cancelled move).
-- ``export``: one partition's retained records from an offset, each with its
+- ``export``: one partition's retained records from an offset (a page
+  bounded as a Receive's, by count and ``limits.max_receive_bytes``), each with its
   delivery state (``queued``, ``in_flight``, ``delayed``, ``blocked``,
   ``dead``, ``done``), plus the consumer-group offsets and whether the
   partition had applied its fence when read (the same read transaction
@@ -29,6 +30,7 @@ from raft_queue._proto.raft_queue.v1 import admin_pb2, queue_pb2
 from raft_queue.core import metadata as meta
 from raft_queue.server.api import convert
 from raft_queue.server.cluster import Cluster
+from raft_queue.server.dataplane import bounds
 
 MAX_EXPORT_MESSAGES = 10_000
 
@@ -63,16 +65,19 @@ class Exporter:
             offset = res.earliest_offset
             res = replica.read(offset, max_n)
         records = self.c.crypto.open_read(q, part, replica, res.records)
+        messages = [convert.message_pb(q.name, part, r) for r in records]
+        keep = bounds.within_bytes(messages, self.c.node.config.limits.max_receive_bytes)
+        next_offset = res.next_offset if res.records else offset
+        if keep < len(messages):  # a partial page: the caller exports on from here
+            messages, next_offset = messages[:keep], records[keep].offset
         out = []
-        for r in records:
-            history = replica.history(r.offset)
+        for m in messages:
+            history = replica.history(m.offset)
             state = history.state if history is not None else "done"
-            out.append(
-                queue_pb2.ExportedMessage(message=convert.message_pb(q.name, part, r), state=state)
-            )
+            out.append(queue_pb2.ExportedMessage(message=m, state=state))
         return queue_pb2.ExportPartitionResponse(
             messages=out,
-            next_offset=res.next_offset if res.records else offset,
+            next_offset=next_offset,
             latest_offset=res.latest_offset,
             fenced=fenced,
             group_offsets=replica.offsets(),
