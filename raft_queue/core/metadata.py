@@ -35,6 +35,7 @@ from raft_queue.core.metadata_commands import (
     DeleteQueue,
     DropControllerChange,
     DropMove,
+    FenceQueue,
     FinishControllerChange,
     FinishMove,
     GrantAccess,
@@ -85,6 +86,7 @@ __all__ = [
     "StartControllerChange", "StartMove", "UpdateQueue", "decode_meta", "encode_meta",
     "CreatePrincipal", "DeletePrincipal", "RotatePrincipal", "GrantAccess", "RevokeAccess",
     "Principal", "SetQuota", "RemoveQuota", "RecordUsage", "SplitPartitions", "SetPartitionState",
+    "FenceQueue",
 ]  # fmt: skip
 
 
@@ -266,6 +268,16 @@ class MetadataMachine(quotas.QuotasAndUsage):
     def _apply_SetPartitionState(self, cmd: SetPartitionState) -> QueueRecord:
         old = self._queue(cmd.name)
         record = splits.set_state(old, cmd)
+        if record != old:
+            self._queues[cmd.name] = record
+            self._changed()
+        return record
+
+    def _apply_FenceQueue(self, cmd: FenceQueue) -> QueueRecord:
+        old = self._queue(cmd.name)
+        if cmd.uid and cmd.uid != old.uid:
+            raise errors.FailedPrecondition(f"queue {cmd.name!r} was re-created (uid)")
+        record = replace(old, fenced=cmd.fenced)
         if record != old:
             self._queues[cmd.name] = record
             self._changed()
@@ -489,7 +501,8 @@ class MetadataMachine(quotas.QuotasAndUsage):
             "queues": [
                 {"name": q.name, "uid": q.uid, "created_ms": q.created_ms,
                  "spec": q.spec.to_dict(), "assignments": _plain(self._assignments[q.name]),
-                 **({"ranges": splits.ranges_to_plain(q.ranges)} if q.ranges else {})}
+                 **({"ranges": splits.ranges_to_plain(q.ranges)} if q.ranges else {}),
+                 **({"fenced": True} if q.fenced else {})}
                 for q in self.queues()
             ],
             "moves": [_plain_move(m) for m in self.moves()],
@@ -513,7 +526,7 @@ class MetadataMachine(quotas.QuotasAndUsage):
                 spec = QueueSpec.from_dict(q["spec"])
                 ranges = splits.ranges_from_plain(q.get("ranges", []))
                 machine._queues[q["name"]] = QueueRecord(
-                    q["name"], spec, q["uid"], q["created_ms"], ranges
+                    q["name"], spec, q["uid"], q["created_ms"], ranges, bool(q.get("fenced"))
                 )
                 machine._assignments[q["name"]] = _typed("assignments", q["assignments"])
             for m in obj.get("moves", ()):

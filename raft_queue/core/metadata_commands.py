@@ -90,6 +90,18 @@ class SetPartitionState:
 
 
 @dataclass(frozen=True, slots=True)
+class FenceQueue:
+    """Fence (or unfence) every partition of a queue for a move to another
+    cluster (manager/moves.py): its leaders apply a Configure with ``fenced``,
+    after which no Append applies and Lease leases nothing. ``uid`` fences a
+    re-created queue."""
+
+    name: str
+    uid: int
+    fenced: bool
+
+
+@dataclass(frozen=True, slots=True)
 class DeleteQueue:
     name: str
 
@@ -281,7 +293,7 @@ MetaCommand = (
     | StartControllerChange | FinishControllerChange | DropControllerChange
     | AddDataKey | RewrapDataKeys | ShredKeys
     | CreatePrincipal | DeletePrincipal | RotatePrincipal | GrantAccess | RevokeAccess
-    | SetQuota | RemoveQuota | RecordUsage | SplitPartitions | SetPartitionState
+    | SetQuota | RemoveQuota | RecordUsage | SplitPartitions | SetPartitionState | FenceQueue
 )  # fmt: skip
 _COMMANDS: dict[str, type[Any]] = {
     cls.__name__: cls
@@ -290,7 +302,7 @@ _COMMANDS: dict[str, type[Any]] = {
                 FinishControllerChange, DropControllerChange, AddDataKey, RewrapDataKeys,
                 ShredKeys, CreatePrincipal, DeletePrincipal, RotatePrincipal, GrantAccess,
                 RevokeAccess, SetQuota, RemoveQuota, RecordUsage, SplitPartitions,
-                SetPartitionState)
+                SetPartitionState, FenceQueue)
 }  # fmt: skip
 
 

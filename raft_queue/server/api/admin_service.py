@@ -18,6 +18,7 @@ from raft_queue.server.cluster import Cluster
 from raft_queue.server.control.controllers import controllers_pb
 from raft_queue.server.control.liveness import Liveness
 from raft_queue.server.control.operations import Operations
+from raft_queue.server.dataplane.exporting import Exporter
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         self.ops = operations
         self.principals = Principals(cluster.node)
         self.quotas = Quotas(cluster.node)
+        self.exporter = Exporter(cluster)
 
     @handled
     async def ClusterStatus(self, request: Any, context: Any) -> Any:  # noqa: N802
@@ -79,6 +81,10 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     async def RotateMasterKey(self, request: Any, context: Any) -> Any:  # noqa: N802
         count, master = await self.c.crypto.rotate_master()
         return admin_pb2.RotateMasterKeyResponse(rewrapped=count, master_id=master)
+
+    @handled
+    async def FenceQueue(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return await self.exporter.fence(request)
 
     @handled
     async def MovePartition(self, request: Any, context: Any) -> Any:  # noqa: N802

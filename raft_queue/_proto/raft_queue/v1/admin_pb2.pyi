@@ -555,6 +555,22 @@ class FlushUsageResponse(_message.Message):
     applied_seq: int
     def __init__(self, applied_seq: _Optional[int] = ...) -> None: ...
 
+class FenceQueueRequest(_message.Message):
+    __slots__ = ("queue", "fenced")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    fenced: bool
+    def __init__(self, queue: _Optional[str] = ..., fenced: _Optional[bool] = ...) -> None: ...
+
+class FenceQueueResponse(_message.Message):
+    __slots__ = ("fenced", "partitions")
+    FENCED_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    fenced: bool
+    partitions: int
+    def __init__(self, fenced: _Optional[bool] = ..., partitions: _Optional[int] = ...) -> None: ...
+
 class RotateQueueKeyRequest(_message.Message):
     __slots__ = ("queue",)
     QUEUE_FIELD_NUMBER: _ClassVar[int]
