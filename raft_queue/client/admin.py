@@ -147,6 +147,13 @@ class AdminSurface:
         req = admin_pb2.GrantRequest(principal=principal, pattern=pattern, operations=operations)
         return self._run(_admin("RemoveGrant", req))
 
+    def introspect(self, token: str) -> Any:
+        """Who ``token`` is on this cluster (an ``IntrospectResponse``: active,
+        principal, superuser, grants); the external manager's check of a
+        caller that is not its admin."""
+        req = admin_pb2.IntrospectRequest(token=token)
+        return self._run(_admin("Introspect", req, mutating=False))
+
     # ---- quotas and usage (docs/operations.md "Quotas and usage") --------------
 
     def set_quota(

@@ -31,10 +31,11 @@ from raft_queue._proto.raft_queue.v1 import manager_pb2, manager_pb2_grpc
 from raft_queue.client.models import config_from_pb, config_to_pb
 from raft_queue.config import check_queue_name
 from raft_queue.manager import move_state, state
+from raft_queue.manager.callers import Callers
 from raft_queue.manager.health import cluster_client
 from raft_queue.manager.node import ManagerNode
 from raft_queue.manager.sealing import TokenSeal
-from raft_queue.security.identity import Authenticator
+from raft_queue.security.identity import Authenticator, Identity
 from raft_queue.server.api.status import abort_with
 
 CLUSTER_CALL_TIMEOUT_S = 30.0  # one cluster's CreateQueue / GetQueue, retries included
@@ -78,26 +79,35 @@ class ManagerService(manager_pb2_grpc.ManagerServiceServicer):
     ) -> None:
         self._node = node
         self._seal = seal
-        self._door = door
+        self._callers = Callers(door, node, seal)  # admins, or principals of the clusters
         self._moves = moves  # manager/moves.py MoveWatch: its steps' last errors
         # A cluster's heat per node as the leader's poller last measured it
         # (manager/main.py wires manager/health.py's meter in); None: unknown.
         self.heat_of: Callable[[str], float | None] = lambda name: None
 
     # ---- the edge ---------------------------------------------------------------------------
-    async def _serve(self, context: Any, work: Callable[[], Awaitable[Any]]) -> Any:
+    async def _serve(
+        self, context: Any, work: Callable[..., Awaitable[Any]], reader: bool = False
+    ) -> Any:
+        """Run ``work()`` on the leader for a manager admin; ``reader``: for any
+        caller one of the clusters knows too (manager/callers.py), as
+        ``work(identity)``."""
         try:
             authorization = ""
             for key, value in context.invocation_metadata() or ():
                 if key == "authorization":
                     authorization = str(value)
-            if not self._door.authenticate(authorization).superuser:
-                raise errors.PermissionDenied("the manager serves admin tokens only")
+            who = await self._callers.identify(authorization)
+            if not who.superuser and not reader:
+                raise errors.PermissionDenied(
+                    f"{who.name!r} is no admin of this manager: it may only read the mapping"
+                    " of the queues it holds grants on (GetMapping)"
+                )
             if not self._node.is_leader():
                 raise errors.NotLeader("not the manager leader", self._node.leader_address())
             if not self._node.can_serve():
                 raise errors.Unavailable("the manager leader is catching up; retry")
-            return await work()
+            return await (work(who) if reader else work())
         except grpc.RpcError:
             raise
         except Exception as exc:
@@ -180,17 +190,22 @@ class ManagerService(manager_pb2_grpc.ManagerServiceServicer):
         return await self._serve(context, work)
 
     async def GetMapping(self, request: Any, context: Any) -> Any:  # noqa: N802
-        async def work() -> Any:
+        async def work(who: Identity) -> Any:
             view = self._node.view
             out = manager_pb2.GetMappingResponse(version=view.mapping_version)
             if request.known_version and request.known_version == view.mapping_version:
                 out.unchanged = True
                 return out
-            out.clusters.extend(cluster_pb(c, view) for _, c in sorted(view.clusters().items()))
-            out.queues.extend(mapping_pb(q) for q in view.queues())
+            queues = [q for q in view.queues() if who.superuser or who.sees(q.name)]
+            hosting = {c for q in queues for c in q.clusters()}
+            clusters = sorted(view.clusters().items())
+            out.clusters.extend(
+                cluster_pb(c, view) for name, c in clusters if who.superuser or name in hosting
+            )
+            out.queues.extend(mapping_pb(q) for q in queues)
             return out
 
-        return await self._serve(context, work)
+        return await self._serve(context, work, reader=True)
 
     # ---- moves between clusters (manager/moves.py) -------------------------------------------
     async def MoveQueue(self, request: Any, context: Any) -> Any:  # noqa: N802

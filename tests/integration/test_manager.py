@@ -119,6 +119,34 @@ def test_the_manager_serves_its_admin_tokens_only(fleet: Fleet) -> None:
         stranger.get_mapping()
 
 
+def test_a_principal_of_a_cluster_reads_the_mapping_of_its_own_queues_only(fleet: Fleet) -> None:
+    """A producer's own token (a principal of c1, not a manager admin) routes
+    through the manager: GetMapping shows it only the queues it holds grants
+    on (introspected on c1), and every other manager call is refused."""
+    with fleet.managed() as admin_client:
+        admin_client.create_queue("alices", 1, clusters=["c1"])
+        admin_client.create_queue("bobs", 1, clusters=["c1"])
+    with fleet.c1.client() as c1:
+        alice = c1.create_principal("alice").token
+        c1.add_grant("alice", "alices", ["send", "receive"])
+    with ManagedClient(fleet.managers.bootstrap, alice) as client:
+        mapping = client.manager.get_mapping()
+        assert [q.name for q in mapping.queues] == ["alices"]
+        assert [c.name for c in mapping.clusters] == ["c1"]  # only where its queues live
+        client.send("alices", b"from alice")
+        got = client.receive("alices", 1, wait_ms=5000)
+        assert [m.body for m in got] == [b"from alice"]
+        assert all(r.ok for r in client.ack("alices", [m.receipt for m in got]))
+        with pytest.raises(errors.NotFound):
+            client.send("bobs", b"not hers")  # not in the mapping it may read
+        with pytest.raises(errors.PermissionDenied):
+            client.manager.list_clusters()
+        with pytest.raises(errors.PermissionDenied):
+            client.create_queue("hers", 1)
+    with fleet.c1.client() as c1:
+        c1.delete_principal("alice")
+
+
 def test_registered_clusters_turn_healthy(fleet: Fleet) -> None:
     took = _wait("both healthy", lambda: set(fleet.health().values()) == {"healthy"}, 30)
     print(f"both clusters healthy {took:.1f} s after registration")

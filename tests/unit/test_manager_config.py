@@ -64,3 +64,16 @@ def test_tls_is_off_by_default_and_its_keys_are_checked_by_name(tmp_path: Path) 
     assert _CLUSTER_TLS["cert_file"] == "a" and _CLUSTER_TLS["key_file"] == "b"
     dial_clusters_with(config.load(EXAMPLE, "m1").tls)
     assert _CLUSTER_TLS == {}
+
+
+def test_a_clusters_principal_reads_the_manager_with_its_grants_and_is_never_its_admin() -> None:
+    from types import SimpleNamespace
+
+    from raft_queue.manager.callers import _identity
+
+    grant = SimpleNamespace(pattern="orders.*", operations=["send"])
+    alice = _identity("c1", SimpleNamespace(principal="alice", superuser=False, grants=[grant]))
+    assert alice.name == "alice@c1" and not alice.superuser
+    assert alice.sees("orders.eu") and not alice.sees("payments")
+    root = _identity("c2", SimpleNamespace(principal="admin", superuser=True, grants=[]))
+    assert not root.superuser and root.sees("anything")  # the cluster's admin: every queue, read

@@ -143,6 +143,10 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     async def RemoveGrant(self, request: Any, context: Any) -> Any:  # noqa: N802
         return await self.principals.remove_grant(request)
 
+    @handled
+    async def Introspect(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return self.principals.introspect(request)
+
     # ---- quotas and usage (server/api/quota.py, usage.py) ------------------------------
     @handled
     async def SetQuota(self, request: Any, context: Any) -> Any:  # noqa: N802

@@ -16,7 +16,8 @@ from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2
 from raft_queue.core import metadata as meta
 from raft_queue.core.metadata_principals import check_principal_name
-from raft_queue.security.tokens import new_token, token_hash
+from raft_queue.security.identity import Authenticator
+from raft_queue.security.tokens import load_admin_hashes, new_token, token_hash
 
 if TYPE_CHECKING:
     from raft_queue.server.node import Node
@@ -34,6 +35,7 @@ def principal_pb(p: meta.Principal) -> Any:
 class Principals:
     def __init__(self, node: Node) -> None:
         self.node = node
+        self._door: Authenticator | None = None  # tokens of this cluster, for introspect
 
     def _require_leader(self) -> None:
         md = self.node.metadata
@@ -54,6 +56,29 @@ class Principals:
         cmd = meta.RotatePrincipal(req.name, token_hash(token), int(time.time() * 1000))
         principal = await self.node.submit_metadata(cmd)
         return admin_pb2.PrincipalTokenResponse(principal=principal_pb(principal), token=token)
+
+    def introspect(self, req: Any) -> Any:
+        """Who ``req.token`` is on this cluster (the metadata leader's view, so a
+        token just rotated or deleted is already inactive); for the external
+        manager's callers that are not its admins (manager/principals.py)."""
+        self._require_leader()
+        if self._door is None:
+            security = self.node.config.security
+            admins: frozenset[str] = frozenset()
+            if security.admin_tokens_file:
+                admins = load_admin_hashes(security.admin_tokens_file)
+            self._door = Authenticator(lambda: self.node.view, admins)
+        try:
+            who = self._door.authenticate("Bearer " + req.token) if req.token else None
+        except errors.Unauthenticated:
+            who = None
+        if who is None:
+            return admin_pb2.IntrospectResponse(active=False)
+        grants = [admin_pb2.GrantInfo(pattern=g.pattern, operations=g.operations)
+                  for g in who.grants]  # fmt: skip
+        return admin_pb2.IntrospectResponse(
+            active=True, principal=who.name, superuser=who.superuser, grants=grants
+        )
 
     async def delete(self, req: Any) -> Any:
         self._require_leader()

@@ -425,6 +425,24 @@ class CreatePrincipalRequest(_message.Message):
     name: str
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
+class IntrospectRequest(_message.Message):
+    __slots__ = ("token",)
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    def __init__(self, token: _Optional[str] = ...) -> None: ...
+
+class IntrospectResponse(_message.Message):
+    __slots__ = ("active", "principal", "superuser", "grants")
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    SUPERUSER_FIELD_NUMBER: _ClassVar[int]
+    GRANTS_FIELD_NUMBER: _ClassVar[int]
+    active: bool
+    principal: str
+    superuser: bool
+    grants: _containers.RepeatedCompositeFieldContainer[GrantInfo]
+    def __init__(self, active: _Optional[bool] = ..., principal: _Optional[str] = ..., superuser: _Optional[bool] = ..., grants: _Optional[_Iterable[_Union[GrantInfo, _Mapping]]] = ...) -> None: ...
+
 class RotatePrincipalRequest(_message.Message):
     __slots__ = ("name",)
     NAME_FIELD_NUMBER: _ClassVar[int]

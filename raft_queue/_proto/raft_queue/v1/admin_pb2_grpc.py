@@ -109,6 +109,11 @@ class AdminServiceStub:
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GrantRequest.SerializeToString,
                 response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PrincipalInfo.FromString,
                 _registered_method=True)
+        self.Introspect = channel.unary_unary(
+                '/raft_queue.v1.AdminService/Introspect',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.IntrospectRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.IntrospectResponse.FromString,
+                _registered_method=True)
         self.SetQuota = channel.unary_unary(
                 '/raft_queue.v1.AdminService/SetQuota',
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.QuotaInfo.SerializeToString,
@@ -243,6 +248,13 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Introspect(self, request, context):
+        """admin, metadata leader
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SetQuota(self, request, context):
         """Quotas (admin), on the metadata leader; usage, from the metadata leader.
         """
@@ -368,6 +380,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.RemoveGrant,
                     request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GrantRequest.FromString,
                     response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PrincipalInfo.SerializeToString,
+            ),
+            'Introspect': grpc.unary_unary_rpc_method_handler(
+                    servicer.Introspect,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.IntrospectRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.IntrospectResponse.SerializeToString,
             ),
             'SetQuota': grpc.unary_unary_rpc_method_handler(
                     servicer.SetQuota,
@@ -810,6 +827,33 @@ class AdminService:
             '/raft_queue.v1.AdminService/RemoveGrant',
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.GrantRequest.SerializeToString,
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PrincipalInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Introspect(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.AdminService/Introspect',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.IntrospectRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.IntrospectResponse.FromString,
             options,
             channel_credentials,
             insecure,
