@@ -194,6 +194,21 @@ def move(
             )
 
 
+@queue.command("fence")
+@click.argument("name")
+@click.option("--undo", is_flag=True, help="Unfence: take sends and lease again.")
+@click.pass_obj
+def fence(session: Session, name: str, undo: bool) -> None:
+    """On one cluster (--server): fence queue NAME as a move does (no sends,
+    no leases; acks apply), or lift the fence. An operator's way out when a
+    move left a queue fenced; the manager fences and unfences by itself."""
+    if session.manager:
+        raise click.UsageError("fence talks to one cluster: give --server, not --manager")
+    answer = session.client.fence_queue(name, not undo)
+    click.echo(f"queue {name}: {'fenced' if answer.fenced else 'not fenced'} "
+               f"({answer.partitions} partition(s))")  # fmt: skip
+
+
 def _wait_move(admin: Any, name: str, timeout_s: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while True:
