@@ -277,5 +277,6 @@ def _print_fleet(fleet: list[Any], managers: Any, token: str) -> None:
     click.echo("  raftq clusters list")
     click.echo("  raftq queue place orders --cluster c1")
     click.echo("  raftq send orders hello      # routed by the manager's mapping")
+    click.echo("  raftq queue move orders --to c2 --execute   # online, to the other cluster")
     click.echo(f"  raftq --server {fleet[0].bootstrap} cluster status   # one cluster directly")
     click.echo("\nCtrl-C stops everything.")
