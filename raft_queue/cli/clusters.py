@@ -199,6 +199,21 @@ def move(
             )
 
 
+@queue.command("fence")
+@click.argument("name")
+@click.option("--undo", is_flag=True, help="Unfence: take sends and lease again.")
+@click.pass_obj
+def fence(session: Session, name: str, undo: bool) -> None:
+    """On one cluster (--server): fence queue NAME as a move does (no sends,
+    no leases; acks apply), or lift the fence. An operator's way out when a
+    move left a queue fenced; the manager fences and unfences by itself."""
+    if session.manager:
+        raise click.UsageError("fence talks to one cluster: give --server, not --manager")
+    answer = session.client.fence_queue(name, not undo)
+    click.echo(f"queue {name}: {'fenced' if answer.fenced else 'not fenced'} "
+               f"({answer.partitions} partition(s))")  # fmt: skip
+
+
 def _wait_move(admin: Any, name: str, timeout_s: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -289,5 +304,6 @@ def _print_fleet(fleet: list[Any], managers: Any, token: str) -> None:
     click.echo("  raftq clusters list")
     click.echo("  raftq queue place orders --cluster c1")
     click.echo("  raftq send orders hello      # routed by the manager's mapping")
+    click.echo("  raftq queue move orders --to c2 --execute   # online, to the other cluster")
     click.echo(f"  raftq --server {fleet[0].bootstrap} cluster status   # one cluster directly")
     click.echo("\nCtrl-C stops everything.")

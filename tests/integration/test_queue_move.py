@@ -227,6 +227,14 @@ def _seen(m: Any) -> dict[str, Any]:
             "payload": m.body.decode(), "key": m.key, "receipt": m.receipt}  # fmt: skip
 
 
+def _sends(client: Any, queue: str) -> bool:
+    try:
+        client.send(queue, "direct")
+        return True
+    except errors.PartitionSealed:
+        return False
+
+
 def _stored_twice_on(load: Load, cluster: str) -> dict[str, set[Any]]:
     """Payloads delivered from two different slots of ``cluster``: copied twice."""
     slots: dict[str, set[Any]] = {}
@@ -291,6 +299,14 @@ def test_bad_moves_are_refused_naming_the_field_and_change_nothing(fleet: Fleet)
         assert {h.cluster for h in client.homes("bad-a")} == {"c2"}
     again = fleet.raftq("queue", "move", "bad-a", "--to", "c2", "cancel")
     assert again.exit_code != 0 and "already cut over" in again.output
+    # The source keeps the queue, fenced; an operator can lift the fence there.
+    with fleet.c1.client() as c1:
+        with pytest.raises(errors.PartitionSealed):
+            c1.send("bad-a", "direct")
+        argv = ["--server", fleet.c1.bootstrap, "--token", fleet.c1.token]
+        undo = CliRunner().invoke(main, [*argv, "queue", "fence", "bad-a", "--undo"])
+        assert undo.exit_code == 0 and "not fenced" in undo.output, undo.output
+        _wait("unfenced", lambda: _sends(c1, "bad-a"), 20)
 
 
 def test_a_cancelled_move_rolls_back_the_fence_and_the_target_copy(fleet: Fleet) -> None:

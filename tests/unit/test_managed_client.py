@@ -115,3 +115,53 @@ def test_unrouted_calls_say_so() -> None:
     with pytest.raises(errors.FailedPrecondition):
         client.get_history("q", 0, 0)
     assert dataclasses.is_dataclass(Home)
+
+
+class FencedCluster(FakeCluster):
+    """A cluster whose queue is fenced for a move: sends and receives refused."""
+
+    def send_batch(self, queue: str, messages: list[Any]) -> list[SendResult]:
+        raise errors.PartitionSealed("queue 'q' is fenced: it is moving to another cluster")
+
+    def receive(self, queue: str, max_messages: int, *args: Any) -> list[Message]:
+        raise errors.PartitionSealed("queue 'q' is fenced: it is moving to another cluster")
+
+
+def moving(cut_over_after: int) -> tuple[ManagedClient, dict[str, FakeCluster], list[int]]:
+    """``q`` on c1 (fenced), cut over to c2 at the ``cut_over_after``-th refresh."""
+    client, fakes = managed((Home("c1", 0), Home("c2", 0)))
+    fakes["c1"] = FencedCluster("c1", 1)
+    client._mapping = Mapping_(1, client._mapping.bootstrap, {"q": (Home("c1", 0),)}, {})
+    refreshes = [0]
+
+    def refresh() -> int:
+        refreshes[0] += 1
+        if refreshes[0] >= cut_over_after:
+            client._mapping = Mapping_(2, client._mapping.bootstrap, {"q": (Home("c2", 0),)}, {})
+        return client._mapping.version
+
+    client.refresh = refresh  # type: ignore[method-assign]
+    return client, fakes, refreshes
+
+
+def test_a_send_to_a_fenced_queue_waits_for_the_cut_over_and_lands_on_the_target() -> None:
+    client, fakes, refreshes = moving(cut_over_after=3)
+    result = client.send("q", "hello", key="k")
+    assert result.partition == 0 and refreshes[0] == 3
+    assert [m.body for m in fakes["c2"].logs[0]] == ["hello"]
+
+
+def test_a_send_to_a_fenced_queue_gives_up_after_its_timeout() -> None:
+    client, _, refreshes = moving(cut_over_after=10**9)
+    client._fence_wait_s = 0.3
+    with pytest.raises(errors.PartitionSealed):
+        client.send("q", "hello", key="k")
+    assert refreshes[0] >= 2  # it asked the manager again while it waited
+
+
+def test_a_receive_from_a_fenced_queue_finds_nothing_then_follows_the_cut_over() -> None:
+    client, fakes, _ = moving(cut_over_after=2)
+    fakes["c2"].logs[0].append(OutgoingMessage(b"copied", "k"))
+    assert client.receive("q", wait_ms=0) == []  # fenced, mapping unchanged
+    got = client.receive("q", wait_ms=0)  # the next refresh names c2
+    assert [m.body for m in got] == [b"copied"] and got[0].receipt.startswith("c2@")

@@ -135,3 +135,19 @@ def test_a_cancel_before_the_cut_over_rolls_back_and_frees_the_next_move() -> No
     m.apply(move_state.SetMovePhase("orders", "cancelling", "cancelled", 9))
     assert {h.cluster for h in m.queue("orders").partitions} == {"c1"}  # type: ignore[union-attr]
     assert m.apply(move_state.StartMove("orders", "c2", 10)).phase == "starting"
+
+
+def test_the_cluster_side_of_a_move_is_admin_only() -> None:
+    from raft_queue.core import access
+
+    for method in ("AdminService/FenceQueue", "QueueService/ExportPartition"):
+        assert access.rpc_operation(f"/raft_queue.v1.{method}") == (access.ADMIN, "")
+
+
+def test_move_commands_round_trip_the_manager_log_codec() -> None:
+    for cmd in (
+        move_state.StartMove("q", "c2", 5),
+        move_state.SetMovePhase("q", "starting", "fenced", 6),
+        move_state.FinishMove("q", 12, 7),
+    ):
+        assert state.decode_command(state.encode_command(cmd)) == cmd

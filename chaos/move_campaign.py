@@ -1,0 +1,342 @@
+"""A chaos campaign of queue moves between clusters (issue 16), Jepsen style.
+
+    python -m chaos.move_campaign --seed 7 --duration 60
+
+Starts two 3-node clusters (c1, c2) and a 3-node external manager, puts a
+FIFO queue on c1, and runs producers (keyed messages, one at a time) and
+consumers (receive + ack) through ``ManagedClient`` while a seeded schedule
+(chaos.nemesis ``Schedule``) plays these nemeses:
+
+- ``move``: ``raftq queue move`` of the queue to the other cluster (manager/
+  moves.py); healed by waiting for the cut-over and deleting the fenced copy
+  the move leaves on the source, so the next move can come back;
+- ``move-kill-manager``: the same, and once the copy is under way the
+  manager's leader is killed (SIGKILL) and restarted 2 s later: the next
+  leader's watch redoes the copy and cuts over.
+
+Every delivery is recorded with the mapping version its client used and its
+cluster (``v3:c2/0``), and the checker ranks positions by that version: per
+key, an earlier placement's records come before a later one's, as a move
+promises. The run ends with every fault healed, the consumers taking what is
+left, and a final drain; ``lost`` is then meaningful.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos.checker import check
+from chaos.history import History
+from chaos.nemesis import OPT_IN, Context, Fault, Nemesis, Schedule
+from raft_queue import errors
+from raft_queue.client.managed import ManagedClient
+from raft_queue.testing.cluster import LocalCluster
+from raft_queue.testing.managers import ManagerCluster
+
+QUEUE = "chaos-moves"
+KEYS = [f"key-{i}" for i in range(12)]
+HEALTH = {"poll_period_s": 0.5, "call_timeout_s": 2.0, "down_after_s": 3.0}
+MOVE_TIMEOUT_S = 120.0
+UNFINISHED: list[str] = []  # moves a heal saw not done: the run is INVALID
+
+
+@dataclass
+class Fleet:
+    """Two clusters and a manager, as ``raftq dev up --clusters 2`` makes them."""
+
+    base: Path
+    clusters: dict[str, LocalCluster] = field(default_factory=dict)
+    managers: ManagerCluster | None = None
+    nodes: int = 3  # for Context.nodes (unused by these nemeses)
+
+    def start(self) -> Fleet:
+        self.managers = ManagerCluster(self.base / "mgr", managers=3, health=HEALTH)
+        for name in ("c1", "c2"):
+            c = LocalCluster(self.base / name, nodes=3)
+            c.base_dir.mkdir(parents=True, exist_ok=True)
+            (c.base_dir / "admin.token").write_text(self.managers.token + "\n")
+            (c.base_dir / "admin.token").chmod(0o600)
+            self.clusters[name] = c
+        parts: list[Any] = [*self.clusters.values(), self.managers]
+        for part in parts:
+            part.start()
+        for c in self.clusters.values():
+            c.wait_ready(120)
+        self.managers.wait_ready(90)
+        with self.managers.admin() as admin:
+            for name, c in self.clusters.items():
+                admin.add_cluster(name, c.bootstrap.split(","), c.token)
+        return self
+
+    def managed(self, timeout_s: float = 20.0) -> ManagedClient:
+        assert self.managers is not None
+        return ManagedClient(self.managers.bootstrap, self.managers.token, timeout_s=timeout_s)
+
+    def recover(self) -> None:
+        """Every manager process running (a nemesis restarts what it kills)."""
+
+    def stop(self) -> None:
+        if self.managers is not None:
+            self.managers.stop()
+        for c in self.clusters.values():
+            c.stop()
+
+
+# ---- nemeses ---------------------------------------------------------------------------------
+
+
+class Move(Nemesis):
+    """Move the queue to the other cluster; heal: wait for the cut-over and
+    delete the fenced copy left on the source."""
+
+    name = "move"
+    kill_manager = False
+    source = target = ""
+
+    def inject(self, ctx: Context) -> str:
+        fleet: Fleet = ctx.cluster  # type: ignore[assignment]
+        assert fleet.managers is not None
+        with fleet.managers.admin() as admin:
+            source = {h.cluster for h in _mapping(admin).partitions}.pop()
+            target = "c2" if source == "c1" else "c1"
+            leader = admin.list_clusters().leader
+            admin.move_queue(QUEUE, target)
+            self.source, self.target = source, target
+            detail = f"{QUEUE}: {source} -> {target}"
+            if self.kill_manager:
+                when = ctx.rng.choice(("starting", "copying"))
+                detail += self._kill_mid_move(fleet, admin, leader, when)
+        return detail
+
+    def _kill_mid_move(self, fleet: Fleet, admin: Any, leader: str, when: str) -> str:
+        """Kill the manager leader at once (the move is ``starting``: the
+        target's queue is being created) or once the copy has begun."""
+        assert fleet.managers is not None
+        phase = admin.move_status(QUEUE).moves[0].phase
+        with fleet.clusters[self.target].client() as dst:
+            deadline = time.monotonic() + 30
+            while when == "copying" and time.monotonic() < deadline:
+                phase = admin.move_status(QUEUE).moves[0].phase
+                copying = phase == "fenced" and _has_messages(dst)
+                if copying or phase in ("done", "cancelled"):
+                    break
+                time.sleep(0.05)
+        victim = fleet.managers.addresses.index(leader)
+        fleet.managers.kill(victim)
+        time.sleep(2)
+        fleet.managers.start(victim)
+        return f"; manager leader m{victim + 1} killed in phase {phase}, restarted"
+
+    def heal(self, ctx: Context) -> None:
+        fleet: Fleet = ctx.cluster  # type: ignore[assignment]
+        assert fleet.managers is not None
+        if not self.source:
+            return  # inject failed before the move began
+        deadline = time.monotonic() + MOVE_TIMEOUT_S
+        phase = ""
+        while time.monotonic() < deadline:
+            try:
+                with fleet.managers.admin() as admin:
+                    phase = admin.move_status(QUEUE).moves[0].phase
+            except errors.QueueError:
+                phase = "?"
+            if phase in ("done", "cancelled"):
+                break
+            time.sleep(0.2)
+        if phase != "done":
+            UNFINISHED.append(f"move {self.source} -> {self.target} ended {phase!r}")
+            ctx.log(f"  {UNFINISHED[-1]}")
+            return
+        with fleet.clusters[self.source].client() as src:  # the fenced copy: no longer needed
+            src.delete_queue(QUEUE)
+
+
+class MoveKillManager(Move):
+    name = "move-kill-manager"
+    kill_manager = True
+
+
+OPT_IN.update({"move": Move, "move-kill-manager": MoveKillManager})
+
+
+def _mapping(admin: Any) -> Any:
+    return next(q for q in admin.get_mapping().queues if q.name == QUEUE)
+
+
+def _has_messages(client: Any) -> bool:
+    try:
+        return any(p.latest_offset for p in client.partitions(QUEUE))
+    except errors.QueueError:
+        return False
+
+
+# ---- workload --------------------------------------------------------------------------------
+
+
+@dataclass
+class Load:
+    fleet: Fleet
+    history: History
+    stop_sends: threading.Event = field(default_factory=threading.Event)
+    stop_receives: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def start(self, producers: int = 2, consumers: int = 2) -> Load:
+        for i in range(producers):
+            self._spawn(self._produce, KEYS[i::producers])
+        for _ in range(consumers):
+            self._spawn(self._consume)
+        return self
+
+    def _spawn(self, fn: Any, *args: Any) -> None:
+        t = threading.Thread(target=fn, args=args, daemon=True)
+        t.start()
+        self.threads.append(t)
+
+    def _produce(self, keys: list[str]) -> None:
+        client, h = self.fleet.managed(), self.history
+        process, n = h.new_process_id(), 0
+        while not self.stop_sends.is_set():
+            for key in keys:
+                payload = f"{key}/{n:05d}"
+                op = h.invoke(process, "send", payload, queue=QUEUE, key=key)
+                try:
+                    client.send(QUEUE, payload, key=key)
+                except Exception as exc:  # outcome unknown: a new process goes on
+                    h.complete(op, "info", error=repr(exc))
+                    process = h.new_process_id()
+                    continue
+                h.complete(op, "ok")
+            n += 1
+        client.close()
+
+    def _consume(self) -> None:
+        client, h = self.fleet.managed(), self.history
+        process = h.new_process_id()
+        while not self.stop_receives.is_set():
+            op = h.invoke(process, "receive", queue=QUEUE)
+            try:
+                got = client.receive(QUEUE, max_messages=20, visibility_ms=5000, wait_ms=200)
+            except Exception as exc:
+                h.complete(op, "info", error=repr(exc))
+                process = h.new_process_id()
+                continue
+            value = [_seen(m, client.mapping_version) for m in got]
+            h.complete(op, "ok", value)
+            if not got:
+                continue
+            op = h.invoke(process, "ack", value, queue=QUEUE)
+            try:
+                results = client.ack(QUEUE, got)
+            except Exception as exc:
+                h.complete(op, "info", error=repr(exc))
+                process = h.new_process_id()
+                continue
+            h.complete(op, "ok", [v for v, r in zip(value, results, strict=True) if r.ok])
+        client.close()
+
+    def finish(self, timeout_s: float) -> None:
+        self.stop_sends.set()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not self._sent() <= self._acked():
+            time.sleep(0.5)
+        self.stop_receives.set()
+        for t in self.threads:
+            t.join(60)
+        client = self.fleet.managed()
+        drain = self.history.invoke(self.history.new_process_id(), "drain", queue=QUEUE)
+        left = client.receive(QUEUE, max_messages=100, wait_ms=1000)
+        self.history.complete(drain, "ok", [_seen(m, client.mapping_version) for m in left])
+        client.close()
+
+    def _sent(self) -> set[str]:
+        return {
+            o["value"] for o in list(self.history.ops) if o["f"] == "send" and o["type"] == "ok"
+        }
+
+    def _acked(self) -> set[str]:
+        ops = list(self.history.ops)
+        return {r["payload"] for o in ops if o["f"] == "ack" and o["type"] == "ok"
+                for r in o["value"]}  # fmt: skip
+
+
+def _seen(m: Any, version: int) -> dict[str, Any]:
+    cluster = m.receipt.partition("@")[0]
+    return {"partition": f"v{version}:{cluster}/{m.partition}", "offset": m.offset,
+            "payload": m.body.decode(), "key": m.key, "receipt": m.receipt}  # fmt: skip
+
+
+def ranks(ops: list[Any]) -> dict[tuple[str, Any], int]:
+    """Each recorded placement's rank: its mapping version (moves only raise it)."""
+    out: dict[tuple[str, Any], int] = {}
+    for op in ops:
+        if op["f"] in ("receive", "drain", "ack") and op["type"] == "ok":
+            for r in op["value"] or []:
+                out[(QUEUE, r["partition"])] = int(r["partition"][1:].split(":")[0])
+    return out
+
+
+# ---- the run ---------------------------------------------------------------------------------
+
+
+def run(seed: int, duration_s: float, base: Path, nemeses: list[str]) -> bool:
+    fleet = Fleet(base).start()
+    try:
+        with fleet.managed() as client:
+            client.create_queue(QUEUE, partitions=2, clusters=["c1"], ordering="fifo",
+                                replication_factor=3)  # fmt: skip
+        history = History(base / "history.jsonl")
+        t0 = time.monotonic()
+        load = Load(fleet, history).start()
+        ctx = Context(fleet, None, QUEUE, random.Random(seed), lambda: time.monotonic() - t0)  # type: ignore[arg-type]
+        stop = threading.Event()
+        stop.wait(3.0)  # warm-up
+        schedule = Schedule(seed, nemeses, duration_s, fault_s=(1.0, 3.0), calm_s=(2.0, 4.0))
+        faults: list[Fault] = schedule.run(ctx, stop)
+        stop.wait(3.0)  # quiet
+        load.finish(180)
+        history.close()
+        ops = history.ops
+        report = check(ops, fifo_keys=True, dedup=False, partition_rank=ranks(ops))
+        moves = [f for f in faults if not f.error]
+        sends = sum(1 for o in ops if o["f"] == "send" and o["type"] == "ok")
+        print(f"seed {seed}: {len(faults)} faults, {len(moves)} without error; {sends} sends ok")
+        for f in faults:
+            print(f"  [{f.start_s:6.1f}s] {f.name}: {f.detail} {f.error}")
+        print(report.render())
+        print(f"unfinished moves: {UNFINISHED}")
+        return report.ok and not report.warnings and len(moves) == len(faults) and not UNFINISHED
+    finally:
+        fleet.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m chaos.move_campaign", description=__doc__)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds of faults")
+    parser.add_argument("--nemesis", default="move,move-kill-manager")
+    parser.add_argument("--dir", default="", help="data directory (default: a temporary one)")
+    args = parser.parse_args(argv)
+    nemeses = [n for n in args.nemesis.split(",") if n]
+    unknown = [n for n in nemeses if n not in ("move", "move-kill-manager")]
+    if unknown:
+        parser.error(f"unknown nemesis {unknown}; known: move, move-kill-manager")
+    if args.dir:
+        ok = run(args.seed, args.duration, Path(args.dir), nemeses)
+    else:
+        with tempfile.TemporaryDirectory(prefix="raftq-moves-") as tmp:
+            ok = run(args.seed, args.duration, Path(tmp), nemeses)
+    print("VALID" if ok else "INVALID")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
