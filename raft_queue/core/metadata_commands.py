@@ -275,6 +275,16 @@ class RecordUsage:
     rows: tuple[tuple[Any, ...], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class SetManagedBy:
+    """The external manager at ``managers`` (gRPC addresses) manages this
+    cluster under the name ``cluster_name`` (core/metadata_manager.py); both
+    empty: unmanaged. Setting what is already set changes nothing."""
+
+    cluster_name: str
+    managers: tuple[str, ...] = ()
+
+
 MetaCommand = (
     RegisterNode | SetNodeState | CreateQueue | UpdateQueue | DeleteQueue | SetAssignment
     | StartMove | SetMovePhase | FinishMove | DropMove
@@ -282,6 +292,7 @@ MetaCommand = (
     | AddDataKey | RewrapDataKeys | ShredKeys
     | CreatePrincipal | DeletePrincipal | RotatePrincipal | GrantAccess | RevokeAccess
     | SetQuota | RemoveQuota | RecordUsage | SplitPartitions | SetPartitionState
+    | SetManagedBy
 )  # fmt: skip
 _COMMANDS: dict[str, type[Any]] = {
     cls.__name__: cls
@@ -290,7 +301,7 @@ _COMMANDS: dict[str, type[Any]] = {
                 FinishControllerChange, DropControllerChange, AddDataKey, RewrapDataKeys,
                 ShredKeys, CreatePrincipal, DeletePrincipal, RotatePrincipal, GrantAccess,
                 RevokeAccess, SetQuota, RemoveQuota, RecordUsage, SplitPartitions,
-                SetPartitionState)
+                SetPartitionState, SetManagedBy)
 }  # fmt: skip
 
 
@@ -352,6 +363,8 @@ def _typed(name: str, value: Any) -> Any:
         return tuple(str(op) for op in value)
     if name == "rows":
         return tuple(tuple(row) for row in value)
+    if name == "managers":
+        return tuple(str(a) for a in value)
     return value
 
 
