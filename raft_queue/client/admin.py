@@ -71,6 +71,13 @@ class AdminSurface:
         req = admin_pb2.PlanRequest(kind=kind, node=node, max_moves=max_moves)
         return self._run(_admin("Plan", req, mutating=False))
 
+    def set_managed_by(self, cluster_name: str, managers: Sequence[str]) -> Any:
+        """Record that the external manager at ``managers`` manages this cluster
+        as ``cluster_name`` (both empty: unmanaged); the manager calls it
+        itself (manager/health.py). Idempotent. ``SetManagedByResponse``."""
+        req = admin_pb2.SetManagedByRequest(cluster_name=cluster_name, managers=list(managers))
+        return self._run(_admin("SetManagedBy", req, mutating=False))
+
     # ---- encryption at rest --------------------------------------------------------
     def rotate_queue_key(self, queue: str) -> Any:
         """A new data key for ``queue``: new messages are sealed with it, older
