@@ -179,7 +179,7 @@ async def release(record: state.ClusterRecord | None, seal: TokenSeal, timeout_s
 
     def clear() -> None:
         token = seal.open(record.token, record.name)
-        with cluster_client(record.bootstrap, token, timeout_s, retries=0) as client:
+        with cluster_client(record.bootstrap, token, timeout_s) as client:  # follows NotLeader
             client.set_managed_by("", ())
 
     try:
