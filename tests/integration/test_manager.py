@@ -289,6 +289,18 @@ def test_a_plain_client_at_c1_follows_the_redirect_to_a_queue_on_c2(fleet: Fleet
         assert "not mapped by the manager" in nowhere.value.message
         assert client._redirects.route("nowhere-at-all") is None
         assert time.monotonic() - started < 10
+    # Mapped to c2 by the manager but gone from c2: c2's node redirects too, and
+    # the ManagedClient's own c2 client must not follow it back (no loop).
+    with fleet.managers.admin() as admin:
+        admin.create_queue("ghost", clusters=["c2"])
+    with fleet.c2.client() as c2:
+        c2.delete_queue("ghost")
+    with fleet.c1.client() as client:
+        started = time.monotonic()
+        with pytest.raises(errors.NotFound):
+            client.send("ghost", b"x")
+        assert time.monotonic() - started < 10
+        assert client._redirects.route("ghost") is None
 
 
 def test_the_cli_at_c1_sends_receives_and_acks_a_queue_on_c2(fleet: Fleet) -> None:
