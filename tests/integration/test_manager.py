@@ -257,7 +257,9 @@ def test_a_plain_client_at_c1_follows_the_redirect_to_a_queue_on_c2(fleet: Fleet
     assert trailers["raftq-cluster"] == "c1"
     assert "not in cluster 'c1'" in details and fleet.managers.addresses[0] in details
     with fleet.c1.client() as client:
+        started = time.monotonic()
         sent = [client.send("far", b"one", key="k1")]
+        first_ms = (time.monotonic() - started) * 1000
         sent += client.send_batch("far", (OutgoingMessage(b"m%d" % i, key=f"k{i}")
                                           for i in range(2, 6)))  # fmt: skip
         assert {r.partition for r in sent} == {0, 1}  # global partitions, both on c2
@@ -273,8 +275,14 @@ def test_a_plain_client_at_c1_follows_the_redirect_to_a_queue_on_c2(fleet: Fleet
         assert all(m.receipt.startswith("c2@") for m in got)  # ManagedClient receipts
         assert all(r.ok for r in client.ack("far", got))
         assert client._redirects.route("far") is not None  # remembered for the queue
-    with fleet.c2.client() as c2:
-        assert c2.get_queue("far").messages == 0  # stored, received and acked on c2
+        with fleet.c2.client() as c2:
+            assert c2.get_queue("far").messages == 0  # stored, received and acked on c2
+            later_ms = _mean_send_ms(client, "far")
+            c2.partitions("far")  # its leader cache warm, as the ManagedClient's is
+            direct_ms = _mean_send_ms(c2, "far")
+            assert c2.purge_queue("far") == 100
+    print(f"send via c1: first (redirected) {first_ms:.1f} ms, then {later_ms:.2f} ms "
+          f"per send; straight to c2 {direct_ms:.2f} ms")  # fmt: skip
     # Not following: NotFound naming the manager.
     with fleet.c1.client(follow_redirects=False) as plain:
         with pytest.raises(errors.NotFound) as refused:
@@ -301,6 +309,13 @@ def test_a_plain_client_at_c1_follows_the_redirect_to_a_queue_on_c2(fleet: Fleet
             client.send("ghost", b"x")
         assert time.monotonic() - started < 10
         assert client._redirects.route("ghost") is None
+
+
+def _mean_send_ms(client: Any, queue: str, count: int = 50) -> float:
+    started = time.monotonic()
+    for i in range(count):
+        client.send(queue, b"t%d" % i, key=f"t{i}")
+    return (time.monotonic() - started) * 1000 / count
 
 
 def test_the_cli_at_c1_sends_receives_and_acks_a_queue_on_c2(fleet: Fleet) -> None:
