@@ -4,6 +4,8 @@
 - ``raftq manager --config FILE [--id ID]``: run one manager process;
 - ``raftq clusters list|add|remove|drain``: the clusters it manages;
 - ``raftq queue place Q --cluster C``: put (or adopt) a queue on a cluster;
+- ``raftq queue move Q --to C [--dry-run|--execute]``, ``raftq queue move Q
+  status|cancel``: move a queue to another cluster (manager/moves.py);
 - ``raftq dev up --clusters N`` starts N clusters and a 3-node manager
   (``fleet_up``, called by cli/dev.py).
 
@@ -51,6 +53,7 @@ def _cluster_row(c: Any) -> dict[str, Any]:
     return {
         "name": c.name, "health": c.health, "load": c.load, "draining": c.draining,
         "bootstrap": list(c.bootstrap), "queues": list(c.queues), "reason": c.reason,
+        "heat_msgs_per_s": c.heat_msgs_per_s if c.heat_msgs_per_s >= 0 else None,
     }  # fmt: skip
 
 
@@ -63,16 +66,19 @@ def clusters() -> None:
 @json_option
 @click.pass_obj
 def list_clusters(session: Session, as_json: bool) -> None:
-    """Each cluster: health (healthy, degraded, down), load, draining, queues."""
+    """Each cluster: health (healthy, degraded, down), load (partitions per
+    node), heat (messages handled per second per node), draining, queues."""
     answer = _admin(session).list_clusters()
     rows = [_cluster_row(c) for c in answer.clusters]
     if as_json:
         print_json({"leader": answer.leader, "version": answer.version, "clusters": rows})
         return
-    click.echo(f"{'CLUSTER':<16} {'HEALTH':<9} {'LOAD':>5} {'DRAIN':<5} {'QUEUES':>6}  REASON")
+    click.echo(f"{'CLUSTER':<16} {'HEALTH':<9} {'LOAD':>5} {'HEAT/s':>8} {'DRAIN':<5} "
+               f"{'QUEUES':>6}  REASON")  # fmt: skip
     for r in rows:
         drain = "yes" if r["draining"] else ""
-        click.echo(f"{r['name']:<16} {r['health']:<9} {r['load']:>5} {drain:<5} "
+        heat = "-" if r["heat_msgs_per_s"] is None else f"{r['heat_msgs_per_s']:.0f}"
+        click.echo(f"{r['name']:<16} {r['health']:<9} {r['load']:>5} {heat:>8} {drain:<5} "
                    f"{len(r['queues']):>6}  {r['reason']}")  # fmt: skip
 
 
@@ -106,7 +112,7 @@ def remove(session: Session, name: str, as_json: bool) -> None:
 @json_option
 @click.pass_obj
 def drain(session: Session, name: str, undo: bool, as_json: bool) -> None:
-    """Place no new queue on NAME (its queues stay: moving them is not built yet)."""
+    """Place no new queue on NAME (its queues stay: raftq queue move moves them)."""
     info = _admin(session).drain_cluster(name, undrain=undo)
     _show(info, as_json, f"cluster {name} {'takes new queues' if undo else 'draining'}")
 
@@ -133,6 +139,73 @@ def place(session: Session, name: str, cluster: str, partitions: int | None, as_
         print_json({"queue": name, "partitions": [list(h) for h in homes]})
     else:
         click.echo(f"queue {name}: {len(homes)} partition(s) on {cluster}")
+
+
+def _move_row(m: Any) -> dict[str, Any]:
+    return {
+        "queue": m.queue, "source": m.source, "target": m.target, "phase": m.phase,
+        "partitions": m.partitions, "messages": m.messages, "copied": m.copied,
+        "started_ms": m.started_ms, "phase_ms": m.phase_ms, "finished_ms": m.finished_ms,
+        "error": m.error,
+    }  # fmt: skip
+
+
+def _move_line(m: dict[str, Any]) -> str:
+    line = f"queue {m['queue']}: {m['source']} -> {m['target']}  {m['phase']}"
+    if m["phase"] == "done":
+        took = (m["finished_ms"] - m["started_ms"]) / 1000
+        line += f"  ({m['copied']} message(s) copied in {took:.1f} s)"
+    return line + (f"  last error: {m['error']}" if m["error"] else "")
+
+
+@queue.command("move")
+@click.argument("name")
+@click.argument("action", required=False, type=click.Choice(["status", "cancel"]))
+@click.option("--to", "to", default="", help="The cluster to move the queue to.")
+@click.option("--dry-run/--execute", "dry_run", default=True, show_default=True,
+              help="Check and describe the move only (the default), or start it.")  # fmt: skip
+@click.option("--wait/--no-wait", "wait", default=True, show_default=True,
+              help="With --execute: wait until the move is done (or cancelled).")  # fmt: skip
+@click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True)
+@json_option
+@click.pass_obj
+def move(
+    session: Session, name: str, action: str | None, to: str, dry_run: bool, wait: bool,
+    timeout_s: float, as_json: bool,
+) -> None:  # fmt: skip
+    """Move queue NAME to the cluster --to, online: create it there, fence the
+    source, copy what is not acked, cut the mapping over. ``status``: where the
+    move stands; ``cancel``: roll it back (before the cut-over only)."""
+    admin = _admin(session)
+    if action == "status":
+        rows = [_move_row(m) for m in admin.move_status(name).moves]
+    elif action == "cancel":
+        rows = [_move_row(admin.cancel_move(name))]
+    else:
+        if not to:
+            raise click.UsageError("give the target cluster: --to CLUSTER")
+        rows = [_move_row(admin.move_queue(name, to, dry_run=dry_run))]
+        if not dry_run and wait:
+            rows = [_wait_move(admin, name, timeout_s)]
+    if as_json:
+        print_json(rows[0] if len(rows) == 1 else rows)
+        return
+    for r in rows:
+        click.echo(_move_line(r))
+        if r["phase"] == "planned":
+            click.echo(
+                f"  {r['partitions']} partition(s), {r['messages']} message(s) not acked now; "
+                "sends pause from the fence to the cut-over. Run with --execute."
+            )
+
+
+def _wait_move(admin: Any, name: str, timeout_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        row = _move_row(admin.move_status(name).moves[0])
+        if row["phase"] in ("done", "cancelled") or time.monotonic() > deadline:
+            return row
+        time.sleep(0.2)
 
 
 # ---- raftq dev up --clusters N -------------------------------------------------------------

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from raft_queue._proto.raft_queue.v1 import admin_pb2
+from raft_queue.client import moving
 from raft_queue.client.calls import Call, Flow
 
 
@@ -77,6 +78,21 @@ class AdminSurface:
         itself (manager/health.py). Idempotent. ``SetManagedByResponse``."""
         req = admin_pb2.SetManagedByRequest(cluster_name=cluster_name, managers=list(managers))
         return self._run(_admin("SetManagedBy", req, mutating=False))
+
+    # ---- moving a queue between clusters (manager/moves.py) ----------------------------
+    def fence_queue(self, queue: str, fenced: bool = True) -> Any:
+        """Fence ``queue`` (no sends, no leases; acks still apply) or unfence it
+        (``FenceQueueResponse``: fenced, partitions)."""
+        return self._run(moving.fence_queue(queue, fenced))
+
+    def export_partition(
+        self, queue: str, partition: int, offset: int = 0, max_messages: int = 1000
+    ) -> Any:
+        """``partition``'s retained records from ``offset`` with their delivery
+        state, its group offsets and whether it had applied a fence
+        (``ExportPartitionResponse``)."""
+        router = self._router  # type: ignore[attr-defined]
+        return self._run(moving.export_partition(router, queue, partition, offset, max_messages))
 
     # ---- encryption at rest --------------------------------------------------------
     def rotate_queue_key(self, queue: str) -> Any:

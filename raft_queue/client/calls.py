@@ -422,7 +422,13 @@ def get_history(router: Router, queue: str, partition: int, offset: int) -> Flow
     return models.history_from_pb((yield Call("GetHistory", request, target, mutating=False)))
 
 
-def cluster_status(include_digests: bool) -> Flow[models.ClusterStatus]:
-    request = models.build_request(admin_pb2.ClusterStatusRequest, include_digests=include_digests)
+def cluster_status(
+    include_digests: bool, include_counters: bool = False
+) -> Flow[models.ClusterStatus]:
+    request = models.build_request(
+        admin_pb2.ClusterStatusRequest,
+        include_digests=include_digests,
+        include_counters=include_counters,
+    )
     response = yield Call("ClusterStatus", request, admin=True, mutating=False)
     return models.cluster_status_from_pb(response)

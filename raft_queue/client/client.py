@@ -265,9 +265,12 @@ class Surface(AdminSurface):
 
     # ---- admin -----------------------------------------------------------------
 
-    def cluster_status(self, include_digests: bool = False) -> ClusterStatus:
-        """Nodes and every replica's Raft state; digests compare replicas' data."""
-        return self._run(calls.cluster_status(include_digests))
+    def cluster_status(
+        self, include_digests: bool = False, include_counters: bool = False
+    ) -> ClusterStatus:
+        """Nodes and every replica's Raft state; digests compare replicas' data;
+        counters are each node's message totals per partition."""
+        return self._run(calls.cluster_status(include_digests, include_counters))
 
 
 @follows_redirects  # a managed cluster's NotFound names its manager: client/redirect.py

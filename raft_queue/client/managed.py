@@ -23,6 +23,13 @@ partition ``i`` is partition ``local`` of the queue of the same name on
 - A NotFound from a cluster (the mapping moved on, or was forgotten) refreshes
   the mapping once and retries; nodes never forward to another cluster (a
   plain ``Client`` follows a node's redirect here: client/redirect.py).
+- A queue being moved to another cluster (manager/moves.py) is fenced on its
+  source: a send there is refused (PartitionSealed, nothing stored) and a
+  receive finds nothing. A send then refreshes the mapping and waits, in
+  ``FENCE_POLL_S`` steps up to the client's ``timeout_s``, for the cut-over
+  to name the new cluster, and sends there; a receive refreshes the mapping
+  and answers what the other clusters had. Acks of receipts from the source
+  still go to the source (it keeps the fenced queue).
 
 Thread-safe as ``Client`` is; the mapping cache is swapped whole.
 """
@@ -58,6 +65,7 @@ RECEIPT_SEP = "@"  # cluster names never hold it (config.check_name)
 POLL_SLICE_MS = 200  # a long poll over several clusters waits this long on each in turn
 SEND_THREADS = 8  # a batch's shares for different clusters are sent in parallel
 TLS_ARGUMENTS = ("tls", "ca_file", "cert_file", "key_file")  # to the manager too
+FENCE_POLL_S = 0.1  # a send to a queue fenced for a move asks for the new mapping this often
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -94,6 +102,7 @@ class ManagedClient:
         self.manager = ManagerAdmin(manager, token=self._token or "", timeout_s=timeout_s, **tls)
         self._cluster_tokens = dict(cluster_tokens or {})
         self._client_kwargs = {"timeout_s": timeout_s, **client_kwargs}
+        self._fence_wait_s = timeout_s
         self._clients: dict[str, tuple[tuple[str, ...], Client]] = {}
         self._lock = threading.Lock()
         self._mapping = Mapping_(0, {}, {}, {})
@@ -148,14 +157,25 @@ class ManagedClient:
         return client
 
     def _routed(self, queue: str, fn: Any) -> Any:
-        """``fn(homes)``; on NotFound, refresh the mapping once and retry."""
-        try:
-            return fn(self.homes(queue))
-        except errors.NotFound:
-            before = self._mapping.version
-            if self.refresh() == before:
-                raise
-            return fn(self.homes(queue))
+        """``fn(homes)``; on NotFound, refresh the mapping once and retry; on
+        PartitionSealed (the queue is fenced for a move), refresh the mapping
+        until it changes (the cut-over), for up to ``timeout_s``."""
+        deadline = time.monotonic() + self._fence_wait_s
+        while True:
+            try:
+                return fn(self.homes(queue))
+            except errors.NotFound:
+                before = self._mapping.version
+                if self.refresh() == before:
+                    raise
+                return fn(self.homes(queue))
+            except errors.PartitionSealed:
+                before = self._mapping.version
+                if self.refresh() != before:
+                    continue
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(FENCE_POLL_S)
 
     # ---- queues --------------------------------------------------------------------------------
     def create_queue(
@@ -269,16 +289,29 @@ class ManagedClient:
             order = clusters[self._turn % len(clusters) :] + clusters[: self._turn % len(clusters)]
             deadline = time.monotonic() + wait_ms / 1000
             waits = [0] if len(order) > 1 or not wait_ms else [wait_ms]
+            fenced: set[str] = set()  # clusters refusing: the queue is moving away
             while True:
                 for wait in waits:
                     for cluster in order:
-                        got = self.client_for(cluster).receive(
-                            queue, max_messages, visibility_ms, wait, consumer
-                        )
+                        if cluster in fenced:
+                            continue
+                        try:
+                            got = self.client_for(cluster).receive(
+                                queue, max_messages, visibility_ms, wait, consumer
+                            )
+                        except errors.PartitionSealed:
+                            fenced.add(cluster)
+                            continue
                         if got:
                             return [_global(m, cluster, back) for m in got]
+                if fenced:  # a move's fence: has the cut-over happened?
+                    self.refresh()
+                    if self._mapping.queues.get(queue) != homes:
+                        return run(self.homes(queue))
                 left_ms = int((deadline - time.monotonic()) * 1000)
-                if left_ms <= 0 or len(order) == 1:
+                if left_ms <= 0 or len(order) == 1 or len(fenced) == len(order):
+                    if fenced and left_ms > 0:  # wait out the poll, as an empty queue would
+                        time.sleep(min(left_ms, POLL_SLICE_MS) / 1000)
                     return []
                 waits = [min(left_ms // len(order) + 1, POLL_SLICE_MS)]
 

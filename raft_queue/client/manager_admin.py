@@ -126,6 +126,21 @@ class ManagerAdmin:
         request = manager_pb2.GetMappingRequest(known_version=known_version)
         return self.call("GetMapping", request, mutating=False)
 
+    # ---- moves between clusters ---------------------------------------------------------------
+    def move_queue(self, name: str, to: str, dry_run: bool = False) -> Any:
+        """Start moving queue ``name`` to cluster ``to`` (``QueueMoveInfo``); with
+        ``dry_run``, check and describe it only."""
+        request = manager_pb2.MoveQueueRequest(name=name, to=to, dry_run=dry_run)
+        return self.call("MoveQueue", request, mutating=not dry_run)
+
+    def move_status(self, name: str = "") -> Any:
+        """The last move of ``name`` (of every queue when empty): ``MoveStatusResponse``."""
+        return self.call("MoveStatus", manager_pb2.MoveStatusRequest(name=name), mutating=False)
+
+    def cancel_move(self, name: str) -> Any:
+        """Cancel ``name``'s move before its cut-over (refused after it)."""
+        return self.call("CancelQueueMove", manager_pb2.CancelQueueMoveRequest(name=name))
+
     def close(self) -> None:
         for channel, _ in self._channels.values():
             channel.close()

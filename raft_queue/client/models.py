@@ -210,7 +210,9 @@ class ReplicaStatus:
 
 @dataclass(frozen=True, slots=True)
 class ClusterStatus:
-    """Nodes and replicas; ``unreachable`` lists nodes that did not answer."""
+    """Nodes and replicas; ``unreachable`` lists nodes that did not answer.
+    ``counters`` (asked with ``include_counters``): per answering node, its
+    message totals per queue partition since that node process started."""
 
     nodes: list[NodeInfo]
     replicas: list[ReplicaStatus]
@@ -221,6 +223,19 @@ class ClusterStatus:
     # manager group's addresses ("" and [] when unmanaged).
     cluster_name: str = ""
     managers: list[str] = field(default_factory=list)
+    counters: dict[str, list[QueueCounters]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounters:
+    """One node's totals for one partition: appended and acked as its leader,
+    delivered to this node's clients (raftq_messages_*_total)."""
+
+    queue: str
+    partition: int
+    sent: int = 0
+    received: int = 0
+    acked: int = 0
 
 
 # ---- wire translation -------------------------------------------------------
@@ -425,6 +440,10 @@ def cluster_status_from_pb(pb: admin_pb2.ClusterStatusResponse) -> ClusterStatus
         unreachable=list(pb.unreachable),
         cluster_name=pb.cluster_name,
         managers=list(pb.managers),
+        counters={
+            n.node: [QueueCounters(**_plain(q, QueueCounters)) for q in n.queues]
+            for n in pb.counters
+        },
     )
 
 

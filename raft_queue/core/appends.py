@@ -31,7 +31,7 @@ def append(view: View, data: bytes) -> AppendResult:
     ``now_ms``, raised if needed to the previous Append's so timestamps never
     decrease (retention, delay and dedup walk the log in time order)."""
     parts = split_append(data)
-    if view.cfg.sealed:
+    if view.cfg.sealed or view.cfg.fenced:
         return _sealed(view, parts.request_id)
     c = view.c
     ts = c.last_ts = max(parts.now_ms, c.last_ts)

@@ -54,13 +54,15 @@ from raft_queue.core.wire import Malformed, Reader, put_str, put_uvarint
 from raft_queue.errors import InvalidArgument
 
 _SEALED_BIT = 8  # in the ordering varint (ORDERINGS has fewer than 8 entries)
+_FENCED_BIT = 16  # likewise: a queue being moved (unfenced configs encode as before)
 
 
 def put_config(buf: bytearray, c: PartitionConfig) -> None:
     """Also the format of the partition's stored config (meta table). The
     ``sealed`` flag rides in the ordering varint (``_SEALED_BIT``), so an
     unsealed config encodes exactly as before splits existed."""
-    put_uvarint(buf, ORDERINGS.index(c.ordering) | (_SEALED_BIT if c.sealed else 0))
+    flags = (_SEALED_BIT if c.sealed else 0) | (_FENCED_BIT if c.fenced else 0)
+    put_uvarint(buf, ORDERINGS.index(c.ordering) | flags)
     for n in (c.visibility_timeout_ms, c.max_receives, c.dedup_window_ms):
         put_uvarint(buf, n)
     for n in (c.retention_ms, c.retention_bytes, c.delay_ms):
@@ -69,12 +71,13 @@ def put_config(buf: bytearray, c: PartitionConfig) -> None:
 
 def read_config(r: Reader) -> PartitionConfig:
     head = r.uvarint()
-    ordering, sealed = head & ~_SEALED_BIT, bool(head & _SEALED_BIT)
+    ordering = head & ~(_SEALED_BIT | _FENCED_BIT)
+    sealed, fenced = bool(head & _SEALED_BIT), bool(head & _FENCED_BIT)
     if ordering >= len(ORDERINGS):
         raise Malformed(f"unknown ordering {ordering}")
     vis, receives, dedup, retention, retention_bytes, delay = (r.uvarint() for _ in range(6))
     return PartitionConfig(
-        ORDERINGS[ordering], vis, receives, dedup, retention, retention_bytes, delay, sealed
+        ORDERINGS[ordering], vis, receives, dedup, retention, retention_bytes, delay, sealed, fenced
     )
 
 

@@ -37,6 +37,10 @@ class PartitionConfig:
     queue's minimum delivery delay (a record's own delay can only add to it).
     ``sealed``: the partition was split (core/placement_keys.py); every Append
     from then on is refused (PartitionSealed), whatever the sender believed.
+    ``fenced``: the queue is moving to another cluster (manager/moves.py):
+    every Append is refused as when sealed, and Lease leases nothing, so
+    from this entry on the partition's unfinished records only change by
+    acks, nacks and expiry of leases given before it.
     """
 
     ordering: str = "none"
@@ -47,6 +51,7 @@ class PartitionConfig:
     retention_bytes: int = 0
     delay_ms: int = 0
     sealed: bool = False
+    fenced: bool = False
 
     def __post_init__(self) -> None:
         if self.ordering not in ORDERINGS:

@@ -36,6 +36,7 @@ from raft_queue.core.metadata_commands import (
     DeleteQueue,
     DropControllerChange,
     DropMove,
+    FenceQueue,
     FinishControllerChange,
     FinishMove,
     GrantAccess,
@@ -88,6 +89,7 @@ __all__ = [
     "CreatePrincipal", "DeletePrincipal", "RotatePrincipal", "GrantAccess", "RevokeAccess",
     "Principal", "SetQuota", "RemoveQuota", "RecordUsage", "SplitPartitions", "SetPartitionState",
     "SetManagedBy",
+    "FenceQueue",
 ]  # fmt: skip
 
 
@@ -275,6 +277,16 @@ class MetadataMachine(quotas.QuotasAndUsage):
     def _apply_SetPartitionState(self, cmd: SetPartitionState) -> QueueRecord:
         old = self._queue(cmd.name)
         record = splits.set_state(old, cmd)
+        if record != old:
+            self._queues[cmd.name] = record
+            self._changed()
+        return record
+
+    def _apply_FenceQueue(self, cmd: FenceQueue) -> QueueRecord:
+        old = self._queue(cmd.name)
+        if cmd.uid and cmd.uid != old.uid:
+            raise errors.FailedPrecondition(f"queue {cmd.name!r} was re-created (uid)")
+        record = replace(old, fenced=cmd.fenced)
         if record != old:
             self._queues[cmd.name] = record
             self._changed()
@@ -505,7 +517,8 @@ class MetadataMachine(quotas.QuotasAndUsage):
             "queues": [
                 {"name": q.name, "uid": q.uid, "created_ms": q.created_ms,
                  "spec": q.spec.to_dict(), "assignments": _plain(self._assignments[q.name]),
-                 **({"ranges": splits.ranges_to_plain(q.ranges)} if q.ranges else {})}
+                 **({"ranges": splits.ranges_to_plain(q.ranges)} if q.ranges else {}),
+                 **({"fenced": True} if q.fenced else {})}
                 for q in self.queues()
             ],
             "moves": [_plain_move(m) for m in self.moves()],
@@ -530,7 +543,7 @@ class MetadataMachine(quotas.QuotasAndUsage):
                 spec = QueueSpec.from_dict(q["spec"])
                 ranges = splits.ranges_from_plain(q.get("ranges", []))
                 machine._queues[q["name"]] = QueueRecord(
-                    q["name"], spec, q["uid"], q["created_ms"], ranges
+                    q["name"], spec, q["uid"], q["created_ms"], ranges, bool(q.get("fenced"))
                 )
                 machine._assignments[q["name"]] = _typed("assignments", q["assignments"])
             for m in obj.get("moves", ()):

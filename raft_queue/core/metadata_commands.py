@@ -90,6 +90,18 @@ class SetPartitionState:
 
 
 @dataclass(frozen=True, slots=True)
+class FenceQueue:
+    """Fence (or unfence) every partition of a queue for a move to another
+    cluster (manager/moves.py): its leaders apply a Configure with ``fenced``,
+    after which no Append applies and Lease leases nothing. ``uid`` fences a
+    re-created queue."""
+
+    name: str
+    uid: int
+    fenced: bool
+
+
+@dataclass(frozen=True, slots=True)
 class DeleteQueue:
     name: str
 
@@ -292,7 +304,7 @@ MetaCommand = (
     | AddDataKey | RewrapDataKeys | ShredKeys
     | CreatePrincipal | DeletePrincipal | RotatePrincipal | GrantAccess | RevokeAccess
     | SetQuota | RemoveQuota | RecordUsage | SplitPartitions | SetPartitionState
-    | SetManagedBy
+    | SetManagedBy | FenceQueue
 )  # fmt: skip
 _COMMANDS: dict[str, type[Any]] = {
     cls.__name__: cls
@@ -301,7 +313,8 @@ _COMMANDS: dict[str, type[Any]] = {
                 FinishControllerChange, DropControllerChange, AddDataKey, RewrapDataKeys,
                 ShredKeys, CreatePrincipal, DeletePrincipal, RotatePrincipal, GrantAccess,
                 RevokeAccess, SetQuota, RemoveQuota, RecordUsage, SplitPartitions,
-                SetPartitionState, SetManagedBy)
+                SetPartitionState, SetManagedBy,
+                FenceQueue)
 }  # fmt: skip
 
 

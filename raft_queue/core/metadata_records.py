@@ -72,6 +72,7 @@ class QueueRecord:
     uid: int
     created_ms: int
     ranges: tuple[KeyRange, ...] = ()
+    fenced: bool = False  # moving to another cluster: no sends, no leases (FenceQueue)
 
     @property
     def layout(self) -> Layout:

@@ -194,6 +194,8 @@ def _append_given_blobs(view: View, cmd: AppendBlobs) -> AppendResult:
 
 
 def _lease(view: View, cmd: Lease) -> LeaseResult:
+    if view.cfg.fenced:  # moving away: what is left is copied, not leased here
+        return LeaseResult(())
     view.at(cmd.now_ms)
     return delivery.lease(view, cmd.max_records, cmd.visibility_ms, cmd.consumer)
 

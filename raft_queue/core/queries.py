@@ -93,6 +93,7 @@ def stats(txn: KVTxn, now_ms: int) -> PartitionStats:
         bytes=c.stored_bytes,
         oldest_timestamp_ms=_oldest_timestamp(txn, c),
         sealed=cfg.sealed,
+        fenced=cfg.fenced,
     )
 
 

@@ -166,6 +166,7 @@ class PartitionStats:
     bytes: int  # stored size of the retained records (see segments: 8 + blob each)
     oldest_timestamp_ms: int  # of the oldest retained record not finished (0: none)
     sealed: bool = False  # split: its config refuses every Append
+    fenced: bool = False  # moving to another cluster: no Append, no Lease
 
 
 @dataclass(frozen=True, slots=True)

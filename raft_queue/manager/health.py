@@ -38,6 +38,7 @@ from raft_queue.client.models import ClusterStatus
 from raft_queue.config import TlsConfig
 from raft_queue.manager import state
 from raft_queue.manager.config import HealthPolling
+from raft_queue.manager.heat import HeatMeter, totals
 from raft_queue.manager.node import ManagerNode
 from raft_queue.manager.sealing import TokenSeal
 
@@ -89,6 +90,7 @@ class HealthPoller:
         self._wall_ms = wall_ms
         self._clients: dict[str, tuple[tuple[str, ...], str, Client]] = {}
         self._last_ok: dict[str, float] = {}
+        self.meter = HeatMeter()  # message rates per cluster and queue (leader memory only)
 
     async def run_forever(self) -> None:
         while True:
@@ -103,7 +105,13 @@ class HealthPoller:
 
     async def poll_once(self) -> None:
         clusters = list(self._node.view.clusters().values())
+        for gone in set(self.meter.heat) - {c.name for c in clusters}:
+            self.meter.forget(gone)
         await asyncio.gather(*(self._poll(c) for c in clusters))
+
+    def heat_per_node(self, cluster: str) -> float | None:
+        heat = self.meter.heat.get(cluster)
+        return None if heat is None else round(heat.per_node, 1)
 
     async def _poll(self, record: state.ClusterRecord) -> None:
         loop = asyncio.get_running_loop()
@@ -111,9 +119,11 @@ class HealthPoller:
         last_ok = self._last_ok.setdefault(record.name, now)
         try:
             client = self._client(record)
-            status = await loop.run_in_executor(None, client.cluster_status)
+            status = await loop.run_in_executor(None, _status_with_counters, client)
             error = ""
             self._last_ok[record.name] = self._clock()
+            nodes = sum(1 for n in status.nodes if n.state != "removed")
+            self.meter.sample(record.name, self._clock(), nodes, totals(status.counters))
         except Exception as exc:  # any failure to hear from it counts as silence
             status, error = None, f"{type(exc).__name__}: {exc}"
         if status is not None:
@@ -204,6 +214,10 @@ def dial_clusters_with(tls: TlsConfig) -> None:
     _CLUSTER_TLS.update(tls=True, ca_file=tls.ca_file or None)
     if tls.require_client_cert:
         _CLUSTER_TLS.update(cert_file=tls.cert_file, key_file=tls.key_file)
+
+
+def _status_with_counters(client: Client) -> ClusterStatus:
+    return client.cluster_status(include_counters=True)
 
 
 def cluster_client(bootstrap: tuple[str, ...], token: str, timeout_s: float, **kw: Any) -> Client:

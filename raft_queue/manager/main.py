@@ -22,6 +22,7 @@ from grpc_health.v1 import health, health_pb2_grpc
 from raft_queue.manager import config as config_mod
 from raft_queue.manager.config import ManagerConfig
 from raft_queue.manager.health import HealthPoller, dial_clusters_with
+from raft_queue.manager.moves import MoveWatch
 from raft_queue.manager.node import ManagerNode
 from raft_queue.manager.sealing import TokenSeal
 from raft_queue.manager.service import ManagerService
@@ -62,14 +63,17 @@ async def serve(config: ManagerConfig) -> None:
     server = grpc.aio.server()
     from raft_queue._proto.raft_queue.v1 import manager_pb2_grpc
 
-    service = ManagerService(node, seal, _door(config))
+    mover = MoveWatch(node, seal)
+    service = ManagerService(node, seal, _door(config), mover)
     manager_pb2_grpc.add_ManagerServiceServicer_to_server(service, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     tls.add_port(server, config.address)  # TLS only when [tls] is on
     await server.start()
     poller = HealthPoller(node, seal, config.health)
+    service.heat_of = poller.heat_per_node
     task = asyncio.create_task(poller.run_forever())
+    moving = asyncio.create_task(mover.run_forever())
     scheme = "TLS" if tls.enabled else "plaintext"
     print(f"raftq manager {node.id} ready on {config.address} ({scheme})", flush=True)
     stop = asyncio.Event()
@@ -78,6 +82,7 @@ async def serve(config: ManagerConfig) -> None:
     await stop.wait()
     log.info("manager %s stopping", node.id)
     task.cancel()
+    moving.cancel()
     await server.stop(2.0)
     poller.close()
     await loop.run_in_executor(None, node.stop)

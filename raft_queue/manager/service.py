@@ -30,7 +30,7 @@ from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import manager_pb2, manager_pb2_grpc
 from raft_queue.client.models import config_from_pb, config_to_pb
 from raft_queue.config import check_queue_name
-from raft_queue.manager import state
+from raft_queue.manager import move_state, state
 from raft_queue.manager.health import cluster_client, release
 from raft_queue.manager.node import ManagerNode
 from raft_queue.manager.sealing import TokenSeal
@@ -40,7 +40,9 @@ from raft_queue.server.api.status import abort_with
 CLUSTER_CALL_TIMEOUT_S = 30.0  # one cluster's CreateQueue / GetQueue, retries included
 
 
-def cluster_pb(record: state.ClusterRecord, view: state.ManagerMachine) -> Any:
+def cluster_pb(
+    record: state.ClusterRecord, view: state.ManagerMachine, heat: float | None = None
+) -> Any:
     return manager_pb2.ClusterInfo(
         name=record.name,
         bootstrap=list(record.bootstrap),
@@ -50,6 +52,7 @@ def cluster_pb(record: state.ClusterRecord, view: state.ManagerMachine) -> Any:
         health_since_ms=record.health_since_ms,
         reason=record.reason,
         queues=view.queues_on(record.name),
+        heat_msgs_per_s=-1.0 if heat is None else heat,
     )
 
 
@@ -61,11 +64,25 @@ def mapping_pb(queue: state.ManagedQueue) -> Any:
     )
 
 
+def move_pb(move: move_state.QueueMove, error: str = "", partitions: int = 0) -> Any:
+    return manager_pb2.QueueMoveInfo(
+        queue=move.queue, source=move.source, target=move.target, phase=move.phase,
+        started_ms=move.started_ms, phase_ms=move.phase_ms, finished_ms=move.finished_ms,
+        copied=move.copied, partitions=partitions, error=error,
+    )  # fmt: skip
+
+
 class ManagerService(manager_pb2_grpc.ManagerServiceServicer):
-    def __init__(self, node: ManagerNode, seal: TokenSeal, door: Authenticator) -> None:
+    def __init__(
+        self, node: ManagerNode, seal: TokenSeal, door: Authenticator, moves: Any = None
+    ) -> None:
         self._node = node
         self._seal = seal
         self._door = door
+        self._moves = moves  # manager/moves.py MoveWatch: its steps' last errors
+        # A cluster's heat per node as the leader's poller last measured it
+        # (manager/main.py wires manager/health.py's meter in); None: unknown.
+        self.heat_of: Callable[[str], float | None] = lambda name: None
 
     # ---- the edge ---------------------------------------------------------------------------
     async def _serve(self, context: Any, work: Callable[[], Awaitable[Any]]) -> Any:
@@ -115,7 +132,10 @@ class ManagerService(manager_pb2_grpc.ManagerServiceServicer):
     async def ListClusters(self, request: Any, context: Any) -> Any:  # noqa: N802
         async def work() -> Any:
             view = self._node.view
-            clusters = [cluster_pb(c, view) for _, c in sorted(view.clusters().items())]
+            clusters = [
+                cluster_pb(c, view, self.heat_of(name))
+                for name, c in sorted(view.clusters().items())
+            ]
             return manager_pb2.ListClustersResponse(
                 clusters=clusters, version=view.version, leader=self._node.leader_address()
             )
@@ -141,8 +161,8 @@ class ManagerService(manager_pb2_grpc.ManagerServiceServicer):
                 if placed.clusters() == [request.cluster]:
                     return mapping_pb(placed)
                 raise errors.FailedPrecondition(
-                    f"queue {request.name!r} is placed on {placed.clusters()}: moving it is "
-                    "not built yet (raftq queue move)"
+                    f"queue {request.name!r} is placed on {placed.clusters()}: move it with "
+                    "raftq queue move"
                 )
             config = dataclasses.asdict(config_from_pb(request.config))
             existing = await self._existing(request.cluster, request.name)
@@ -170,6 +190,58 @@ class ManagerService(manager_pb2_grpc.ManagerServiceServicer):
             out.clusters.extend(cluster_pb(c, view) for _, c in sorted(view.clusters().items()))
             out.queues.extend(mapping_pb(q) for q in view.queues())
             return out
+
+        return await self._serve(context, work)
+
+    # ---- moves between clusters (manager/moves.py) -------------------------------------------
+    async def MoveQueue(self, request: Any, context: Any) -> Any:  # noqa: N802
+        async def work() -> Any:
+            source = move_state.check_move(self._node.view, request.name, request.to)
+            info = await self._on_cluster(source, lambda c: c.get_queue(request.name))
+            count = int(info.config.partitions or 1)
+            if info.writable_partitions and info.writable_partitions != count:
+                raise errors.FailedPrecondition(
+                    f"queue: {request.name!r} was split on {source}; moving a split queue "
+                    "is not built"
+                )
+            if await self._existing(request.to, request.name) is not None:
+                raise errors.FailedPrecondition(
+                    f"to: cluster {request.to!r} already has a queue named {request.name!r} "
+                    "(a queue moved away stays there, fenced: delete it on that cluster first)"
+                )
+            if request.dry_run:
+                plan = move_state.QueueMove(request.name, source, request.to, "planned", 0, 0)
+                out = move_pb(plan, partitions=count)
+                out.messages = int(info.messages)
+                return out
+            move = await self._node.submit(move_state.StartMove(request.name, request.to,
+                                                                _now_ms()))  # fmt: skip
+            return move_pb(move, partitions=count)
+
+        return await self._serve(context, work)
+
+    async def MoveStatus(self, request: Any, context: Any) -> Any:  # noqa: N802
+        async def work() -> Any:
+            view = self._node.view
+            moves = view.moves()
+            if request.name:
+                moves = [m for m in moves if m.queue == request.name]
+                if not moves:
+                    raise errors.NotFound(f"queue: {request.name!r} has no move")
+            failures = getattr(self._moves, "errors", {})
+            return manager_pb2.MoveStatusResponse(
+                moves=[move_pb(m, failures.get(m.queue, "") if m.active else "") for m in moves]
+            )
+
+        return await self._serve(context, work)
+
+    async def CancelQueueMove(self, request: Any, context: Any) -> Any:  # noqa: N802
+        async def work() -> Any:
+            move = self._node.view.move(request.name)
+            if move is None:
+                raise errors.NotFound(f"queue: {request.name!r} has no move")
+            cmd = move_state.SetMovePhase(request.name, move.phase, "cancelling", _now_ms())
+            return move_pb(await self._node.submit(cmd))
 
         return await self._serve(context, work)
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from raft_queue import errors
 from raft_queue.config import check_name, check_queue_name, parse_host_port
+from raft_queue.manager import move_state
 
 HEALTHS = ("unknown", "healthy", "degraded", "down")
 
@@ -116,11 +117,15 @@ class ForgetQueue:
     name: str
 
 
-ManagerCommand = AddCluster | RemoveCluster | SetDraining | ReportHealth | PlaceQueue | ForgetQueue
+ManagerCommand = (
+    AddCluster | RemoveCluster | SetDraining | ReportHealth | PlaceQueue | ForgetQueue
+    | move_state.StartMove | move_state.SetMovePhase | move_state.FinishMove
+)  # fmt: skip
 _COMMANDS: dict[str, type[Any]] = {
     c.__name__: c
-    for c in (AddCluster, RemoveCluster, SetDraining, ReportHealth, PlaceQueue, ForgetQueue)
-}
+    for c in (AddCluster, RemoveCluster, SetDraining, ReportHealth, PlaceQueue, ForgetQueue,
+              move_state.StartMove, move_state.SetMovePhase, move_state.FinishMove)
+}  # fmt: skip
 
 
 def encode_command(cmd: ManagerCommand) -> bytes:
@@ -200,6 +205,7 @@ class ManagerMachine:
     def __init__(self) -> None:
         self._clusters: dict[str, ClusterRecord] = {}
         self._queues: dict[str, ManagedQueue] = {}
+        self._moves: dict[str, move_state.QueueMove] = {}  # the last move of each queue
         self.version = 0
         self.mapping_version = 0
 
@@ -218,6 +224,15 @@ class ManagerMachine:
 
     def queues_on(self, cluster: str) -> list[str]:
         return [q.name for q in self.queues() if cluster in q.clusters()]
+
+    def moves(self) -> list[move_state.QueueMove]:
+        return [self._moves[n] for n in sorted(self._moves)]
+
+    def move(self, queue: str) -> move_state.QueueMove | None:
+        return self._moves.get(queue)
+
+    def active_moves(self) -> list[move_state.QueueMove]:
+        return [m for m in self.moves() if m.active]
 
     # ---- apply ----------------------------------------------------------------------------
     def apply(self, cmd: ManagerCommand) -> Any:
@@ -287,11 +302,45 @@ class ManagerMachine:
         return queue
 
     def _ForgetQueue(self, cmd: ForgetQueue) -> ManagedQueue:  # noqa: N802
-        queue = self._queues.pop(cmd.name, None)
+        queue = self._queues.get(cmd.name)
         if queue is None:
             raise errors.NotFound(f"queue {cmd.name!r} is not managed")
+        moving = self._moves.get(cmd.name)
+        if moving is not None and moving.active:
+            raise errors.FailedPrecondition(f"queue {cmd.name!r} is moving: cancel the move first")
+        del self._queues[cmd.name]
         self._bump(mapping=True)
         return queue
+
+    # ---- moves between clusters (manager/move_state.py) ---------------------------------
+    def _StartMove(self, cmd: move_state.StartMove) -> move_state.QueueMove:  # noqa: N802
+        source = move_state.check_move(self, cmd.queue, cmd.target)
+        move = move_state.QueueMove(
+            cmd.queue, source, cmd.target, "starting", cmd.now_ms, cmd.now_ms
+        )
+        self._moves[cmd.queue] = move
+        self._bump(mapping=False)
+        return move
+
+    def _SetMovePhase(self, cmd: move_state.SetMovePhase) -> move_state.QueueMove:  # noqa: N802
+        move = move_state.next_phase(self._moves.get(cmd.queue), cmd)
+        self._moves[cmd.queue] = move
+        self._bump(mapping=False)
+        return move
+
+    def _FinishMove(self, cmd: move_state.FinishMove) -> move_state.QueueMove:  # noqa: N802
+        """The cut-over: the queue's partitions are the target's from now on."""
+        move = move_state.next_phase(
+            self._moves.get(cmd.queue),
+            move_state.SetMovePhase(cmd.queue, "fenced", "done", cmd.now_ms),
+        )
+        move = replace(move, copied=cmd.copied, finished_ms=cmd.now_ms)
+        queue = self._queues[cmd.queue]
+        homes = tuple(PartitionHome(move.target, h.local) for h in queue.partitions)
+        self._queues[cmd.queue] = replace(queue, partitions=homes)
+        self._moves[cmd.queue] = move
+        self._bump(mapping=True)
+        return move
 
     def _need_cluster(self, name: str) -> ClusterRecord:
         record = self._clusters.get(name)
@@ -306,6 +355,7 @@ class ManagerMachine:
             "mapping_version": self.mapping_version,
             "clusters": [asdict(c) for c in self._clusters.values()],
             "queues": [asdict(q) for q in self._queues.values()],
+            "moves": [asdict(m) for m in self._moves.values()],
         }
         return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
@@ -321,4 +371,6 @@ class ManagerMachine:
         for q in data["queues"]:
             q["partitions"] = _homes(q["partitions"])
             machine._queues[q["name"]] = ManagedQueue(**q)
+        for m in data.get("moves", ()):
+            machine._moves[m["queue"]] = move_state.QueueMove(**m)
         return machine

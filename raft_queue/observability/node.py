@@ -18,7 +18,7 @@ from raft_queue.observability import metrics
 from raft_queue.observability.collector import NodeCollector
 from raft_queue.observability.health import HealthMonitor
 from raft_queue.observability.http import Authorize, HttpServer
-from raft_queue.observability.status import StatusSource, fill_node_status
+from raft_queue.observability.status import StatusSource, counters_pb, fill_node_status
 
 if TYPE_CHECKING:
     from raft_queue.server.cluster import Cluster
@@ -61,6 +61,7 @@ class NodeObservability:
         admin.node_status_extras = lambda resp: fill_node_status(
             resp, health.verdict.ready, self.address
         )
+        cluster.local_counters = counters_pb
         if not self.config.metrics.address:
             return
         host, port = parse_host_port("metrics.address", self.config.metrics.address)

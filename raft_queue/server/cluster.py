@@ -12,7 +12,7 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from raft_queue import errors
@@ -46,6 +46,9 @@ class Cluster:
         self._rr = itertools.count()
         # Looks twice before "does not exist" or refusing a token (control/metadata_barrier.py).
         self.barrier = MetadataBarrier(node, peers)
+        # This node's QueueCounters (observability/node.py sets it when metrics
+        # are on); for ClusterStatus(include_counters).
+        self.local_counters: Callable[[], list[Any]] = list
 
     @property
     def wakeups(self) -> Wakeups:
@@ -231,13 +234,20 @@ class Cluster:
             )
         return out
 
-    async def all_status(self, include_digests: bool = False) -> tuple[list[Any], list[str]]:
-        """ReplicaStatus from every node (self included) and the unreachable ones."""
+    async def all_status(
+        self, include_digests: bool = False, counters: dict[str, list[Any]] | None = None
+    ) -> tuple[list[Any], list[str]]:
+        """ReplicaStatus from every node (self included) and the unreachable ones;
+        ``counters`` given: filled with each answering node's QueueCounters."""
         replicas = self.local_status(include_digests)
         others = [n for n in self.node.view.nodes().values() if n.node_id != self.node.id]
+        if counters is not None:
+            counters[self.node.id] = self.local_counters()
 
         async def ask(n: Any) -> Any:
-            req = admin_pb2.NodeStatusRequest(include_digests=include_digests)
+            req = admin_pb2.NodeStatusRequest(
+                include_digests=include_digests, include_counters=counters is not None
+            )
             return await self.peers.node(n.address).NodeStatus(req, timeout=3.0)
 
         answers = await asyncio.gather(*(ask(n) for n in others), return_exceptions=True)
@@ -247,6 +257,8 @@ class Cluster:
                 unreachable.append(n.node_id)
             else:
                 replicas.extend(ans.replicas)
+                if counters is not None:
+                    counters[n.node_id] = list(ans.counters)
         for r in replicas:
             if r.role == "leader":
                 self.routes[(r.queue, r.partition)] = r.node

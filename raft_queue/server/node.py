@@ -388,7 +388,7 @@ class Node:
             if q is not None and replica.durability != q.spec.durability:
                 replica.set_durability(q.spec.durability)
             if q is not None and replica.is_leader():
-                self._configure(key, replica, q.spec, q.sealed(key.partition))
+                self._configure(key, replica, q.spec, q.sealed(key.partition), q.fenced)
 
     def ensure_configured(self, replica: PartitionReplica) -> None:
         """Before a command goes to a local leader: if its queue's current
@@ -398,16 +398,22 @@ class Node:
         key = self._keys.get(replica.key)
         q = self.view.queue(key.queue) if key is not None else None
         if key is not None and q is not None and q.uid == key.uid:
-            self._configure(key, replica, q.spec, q.sealed(key.partition))
+            self._configure(key, replica, q.spec, q.sealed(key.partition), q.fenced)
 
     def _configure(
-        self, key: ReplicaKey, replica: PartitionReplica, spec: Any, sealed: bool = False
+        self,
+        key: ReplicaKey,
+        replica: PartitionReplica,
+        spec: Any,
+        sealed: bool = False,
+        fenced: bool = False,
     ) -> None:
-        """``sealed``: the partition was split (no Append applies any more)."""
-        if self.configured.get(key) == (spec, sealed):
+        """``sealed``: the partition was split (no Append applies any more);
+        ``fenced``: its queue is moving to another cluster (no Append, no Lease)."""
+        if self.configured.get(key) == (spec, sealed, fenced):
             return
-        self.configured[key] = (spec, sealed)  # one Configure per spec; undone if it fails
-        fut = replica.submit(Configure(partition_config(spec, sealed)))
+        self.configured[key] = (spec, sealed, fenced)  # one per spec; undone if it fails
+        fut = replica.submit(Configure(partition_config(spec, sealed, fenced)))
         fut.add_done_callback(
             lambda f: None if f.exception() is None else self.configured.pop(key, None)
         )

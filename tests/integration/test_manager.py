@@ -245,6 +245,34 @@ def test_a_queue_spanning_both_clusters_sends_and_receives_reach_all_partitions(
         sent_at = {m.body: r.partition for m, r in zip(messages, results, strict=True)}
         assert got == sent_at  # each message came from the partition it was sent to
         assert client.receive("span", 10) == []
+    # Each cluster's counters (what the manager's heat is made of) saw its share:
+    # 200 sends, 200 deliveries and 200 acks in all, summed over nodes.
+    seen = {"sent": 0, "received": 0, "acked": 0}
+    for c in (fleet.c1, fleet.c2):
+        with c.client() as direct:
+            status = direct.cluster_status(include_counters=True)
+        assert set(status.counters) == {n.id for n in status.nodes}  # every node answered
+        for rows in status.counters.values():
+            for row in rows:
+                if row.queue == "span":
+                    for name in seen:
+                        seen[name] += getattr(row, name)
+    assert seen == {"sent": 200, "received": 200, "acked": 200}
+
+
+def test_the_manager_measures_each_clusters_heat_from_its_traffic(fleet: Fleet) -> None:
+    """Heat (messages handled per second per node, manager/heat.py) rises on the
+    cluster that takes the traffic; the other stays cool."""
+    with fleet.managed() as client, fleet.managers.admin() as admin:
+        client.create_queue("hot", 1, clusters=["c1"])
+        heat: dict[str, float] = {}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            client.send_batch("hot", [OutgoingMessage(b"x" * 10) for _ in range(200)])
+            heat = {c.name: c.heat_msgs_per_s for c in admin.list_clusters().clusters}
+            if heat["c1"] >= 50 and 0 <= heat["c2"] < heat["c1"] / 4:
+                break
+        assert heat["c1"] >= 50 and 0 <= heat["c2"] < heat["c1"] / 4, heat
 
 
 def test_a_plain_client_at_c1_follows_the_redirect_to_a_queue_on_c2(fleet: Fleet) -> None:

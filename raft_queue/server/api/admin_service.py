@@ -19,6 +19,7 @@ from raft_queue.server.control.controllers import controllers_pb
 from raft_queue.server.control.liveness import Liveness
 from raft_queue.server.control.operations import Operations
 from raft_queue.server.control.redirects import set_managed_by
+from raft_queue.server.dataplane.exporting import Exporter
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +32,12 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         self.ops = operations
         self.principals = Principals(cluster.node)
         self.quotas = Quotas(cluster.node)
+        self.exporter = Exporter(cluster)
 
     @handled
     async def ClusterStatus(self, request: Any, context: Any) -> Any:  # noqa: N802
-        replicas, unreachable = await self.c.all_status(request.include_digests)
+        counters: dict[str, list[Any]] | None = {} if request.include_counters else None
+        replicas, unreachable = await self.c.all_status(request.include_digests, counters)
         leader = self.node.metadata_leader_id() or ""
         nodes = []
         for n in sorted(self.node.view.nodes().values(), key=lambda n: n.node_id):
@@ -64,6 +67,9 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             controllers=voters.controllers,
             controller_change=voters.change,
             **_claim_pb(self.node.view),
+            counters=[
+                admin_pb2.NodeCounters(node=n, queues=qs) for n, qs in (counters or {}).items()
+            ],
         )
 
     @handled
@@ -81,6 +87,10 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     async def RotateMasterKey(self, request: Any, context: Any) -> Any:  # noqa: N802
         count, master = await self.c.crypto.rotate_master()
         return admin_pb2.RotateMasterKeyResponse(rewrapped=count, master_id=master)
+
+    @handled
+    async def FenceQueue(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return await self.exporter.fence(request)
 
     @handled
     async def MovePartition(self, request: Any, context: Any) -> Any:  # noqa: N802

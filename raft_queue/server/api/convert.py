@@ -82,9 +82,12 @@ def spec_to_pb(spec: QueueSpec) -> queue_pb2.QueueConfig:
     return pb
 
 
-def partition_config(spec: QueueSpec, sealed: bool = False) -> PartitionConfig:
+def partition_config(
+    spec: QueueSpec, sealed: bool = False, fenced: bool = False
+) -> PartitionConfig:
     return PartitionConfig(
         sealed=sealed,
+        fenced=fenced,
         ordering=spec.ordering,
         visibility_timeout_ms=spec.visibility_timeout_ms,
         max_receives=spec.max_receives,

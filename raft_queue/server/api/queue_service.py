@@ -28,6 +28,7 @@ from raft_queue.server.cluster import Cluster
 from raft_queue.server.control.queues import Queues
 from raft_queue.server.dataplane import bounds, sending
 from raft_queue.server.dataplane.autocreate import AutoCreate
+from raft_queue.server.dataplane.exporting import Exporter
 from raft_queue.server.dataplane.polls import PrincipalPolls
 from raft_queue.server.dataplane.reading import Reader
 from raft_queue.server.dataplane.receiving import Receiver
@@ -62,6 +63,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
         self.sender = Sender(cluster)
         self.receiver = Receiver(cluster)
         self.reader = Reader(cluster)
+        self.exporter = Exporter(cluster)
         self.subscriber = Subscriber(cluster, self.receiver)
         self.polls = PrincipalPolls(self.node.config.limits.max_long_polls_per_principal)
 
@@ -172,6 +174,10 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
     @handled
     async def Read(self, request: Any, context: Any) -> Any:  # noqa: N802
         return await self.reader.read(request, is_forwarded(context))
+
+    @handled
+    async def ExportPartition(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return await self.exporter.export(request, is_forwarded(context))
 
     @handled
     async def GetPartitions(self, request: Any, context: Any) -> Any:  # noqa: N802

@@ -81,6 +81,11 @@ class Receiver:
         """(messages leased, the ReceiptsResponse of the acks ``request``
         carries, failures only; None if it carries none)."""
         q = self.c.node.queue_spec(request.queue)
+        if q.fenced and not request.ack:  # moving away (manager/moves.py): nothing to lease here
+            raise errors.PartitionSealed(
+                f"queue {q.name!r} is fenced: it is moving to another cluster; "
+                "refresh the manager's mapping"
+            )
         if request.max_messages > self.limits.max_receive_messages or (
             request.wait_ms > self.limits.max_wait_ms
         ):

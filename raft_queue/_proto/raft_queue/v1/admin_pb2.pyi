@@ -79,13 +79,15 @@ class ReplicaStatus(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., node: _Optional[str] = ..., role: _Optional[str] = ..., leader: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., last_applied: _Optional[int] = ..., log_len: _Optional[int] = ..., next_offset: _Optional[int] = ..., digest: _Optional[str] = ..., has_quorum: _Optional[bool] = ..., earliest_offset: _Optional[int] = ..., messages: _Optional[int] = ..., in_flight: _Optional[int] = ..., epoch: _Optional[int] = ..., delayed: _Optional[int] = ..., dead: _Optional[int] = ..., bytes: _Optional[int] = ..., oldest_timestamp_ms: _Optional[int] = ..., failure: _Optional[str] = ..., snapshot_failures: _Optional[int] = ..., sealed: _Optional[bool] = ...) -> None: ...
 
 class ClusterStatusRequest(_message.Message):
-    __slots__ = ("include_digests",)
+    __slots__ = ("include_digests", "include_counters")
     INCLUDE_DIGESTS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_COUNTERS_FIELD_NUMBER: _ClassVar[int]
     include_digests: bool
-    def __init__(self, include_digests: _Optional[bool] = ...) -> None: ...
+    include_counters: bool
+    def __init__(self, include_digests: _Optional[bool] = ..., include_counters: _Optional[bool] = ...) -> None: ...
 
 class ClusterStatusResponse(_message.Message):
-    __slots__ = ("nodes", "metadata_leader", "metadata_version", "replicas", "unreachable", "controllers", "controller_change", "cluster_name", "managers")
+    __slots__ = ("nodes", "metadata_leader", "metadata_version", "replicas", "unreachable", "controllers", "controller_change", "cluster_name", "managers", "counters")
     NODES_FIELD_NUMBER: _ClassVar[int]
     METADATA_LEADER_FIELD_NUMBER: _ClassVar[int]
     METADATA_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +97,7 @@ class ClusterStatusResponse(_message.Message):
     CONTROLLER_CHANGE_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     MANAGERS_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
     nodes: _containers.RepeatedCompositeFieldContainer[NodeInfo]
     metadata_leader: str
     metadata_version: int
@@ -104,7 +107,8 @@ class ClusterStatusResponse(_message.Message):
     controller_change: str
     cluster_name: str
     managers: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ..., metadata_leader: _Optional[str] = ..., metadata_version: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., unreachable: _Optional[_Iterable[str]] = ..., controllers: _Optional[_Iterable[_Union[ControllerInfo, _Mapping]]] = ..., controller_change: _Optional[str] = ..., cluster_name: _Optional[str] = ..., managers: _Optional[_Iterable[str]] = ...) -> None: ...
+    counters: _containers.RepeatedCompositeFieldContainer[NodeCounters]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ..., metadata_leader: _Optional[str] = ..., metadata_version: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., unreachable: _Optional[_Iterable[str]] = ..., controllers: _Optional[_Iterable[_Union[ControllerInfo, _Mapping]]] = ..., controller_change: _Optional[str] = ..., cluster_name: _Optional[str] = ..., managers: _Optional[_Iterable[str]] = ..., counters: _Optional[_Iterable[_Union[NodeCounters, _Mapping]]] = ...) -> None: ...
 
 class SetManagedByRequest(_message.Message):
     __slots__ = ("cluster_name", "managers")
@@ -123,6 +127,14 @@ class SetManagedByResponse(_message.Message):
     managers: _containers.RepeatedScalarFieldContainer[str]
     metadata_version: int
     def __init__(self, cluster_name: _Optional[str] = ..., managers: _Optional[_Iterable[str]] = ..., metadata_version: _Optional[int] = ...) -> None: ...
+
+class NodeCounters(_message.Message):
+    __slots__ = ("node", "queues")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    queues: _containers.RepeatedCompositeFieldContainer[QueueCounters]
+    def __init__(self, node: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[QueueCounters, _Mapping]]] = ...) -> None: ...
 
 class NodeStatusRequest(_message.Message):
     __slots__ = ("include_digests", "include_counters")
@@ -564,6 +576,22 @@ class FlushUsageResponse(_message.Message):
     APPLIED_SEQ_FIELD_NUMBER: _ClassVar[int]
     applied_seq: int
     def __init__(self, applied_seq: _Optional[int] = ...) -> None: ...
+
+class FenceQueueRequest(_message.Message):
+    __slots__ = ("queue", "fenced")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    fenced: bool
+    def __init__(self, queue: _Optional[str] = ..., fenced: _Optional[bool] = ...) -> None: ...
+
+class FenceQueueResponse(_message.Message):
+    __slots__ = ("fenced", "partitions")
+    FENCED_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    fenced: bool
+    partitions: int
+    def __init__(self, fenced: _Optional[bool] = ..., partitions: _Optional[int] = ...) -> None: ...
 
 class RotateQueueKeyRequest(_message.Message):
     __slots__ = ("queue",)

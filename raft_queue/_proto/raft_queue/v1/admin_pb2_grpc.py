@@ -144,6 +144,11 @@ class AdminServiceStub:
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.RotateMasterKeyRequest.SerializeToString,
                 response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.RotateMasterKeyResponse.FromString,
                 _registered_method=True)
+        self.FenceQueue = channel.unary_unary(
+                '/raft_queue.v1.AdminService/FenceQueue',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.FenceQueueRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.FenceQueueResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -290,6 +295,14 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FenceQueue(self, request, context):
+        """Fence (or unfence) a queue for a move to another cluster: from the entry
+        on, its partitions refuse every send and lease nothing (acks still apply).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -402,6 +415,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.RotateMasterKey,
                     request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.RotateMasterKeyRequest.FromString,
                     response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.RotateMasterKeyResponse.SerializeToString,
+            ),
+            'FenceQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.FenceQueue,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.FenceQueueRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.FenceQueueResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -998,6 +1016,33 @@ class AdminService:
             '/raft_queue.v1.AdminService/RotateMasterKey',
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.RotateMasterKeyRequest.SerializeToString,
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.RotateMasterKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FenceQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.AdminService/FenceQueue',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.FenceQueueRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.FenceQueueResponse.FromString,
             options,
             channel_credentials,
             insecure,

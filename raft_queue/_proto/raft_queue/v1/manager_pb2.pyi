@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ClusterInfo(_message.Message):
-    __slots__ = ("name", "bootstrap", "health", "load", "draining", "health_since_ms", "reason", "queues")
+    __slots__ = ("name", "bootstrap", "health", "load", "draining", "health_since_ms", "reason", "queues", "heat_msgs_per_s")
     NAME_FIELD_NUMBER: _ClassVar[int]
     BOOTSTRAP_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
@@ -17,6 +17,7 @@ class ClusterInfo(_message.Message):
     HEALTH_SINCE_MS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
+    HEAT_MSGS_PER_S_FIELD_NUMBER: _ClassVar[int]
     name: str
     bootstrap: _containers.RepeatedScalarFieldContainer[str]
     health: str
@@ -25,7 +26,8 @@ class ClusterInfo(_message.Message):
     health_since_ms: int
     reason: str
     queues: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., bootstrap: _Optional[_Iterable[str]] = ..., health: _Optional[str] = ..., load: _Optional[int] = ..., draining: _Optional[bool] = ..., health_since_ms: _Optional[int] = ..., reason: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ...) -> None: ...
+    heat_msgs_per_s: float
+    def __init__(self, name: _Optional[str] = ..., bootstrap: _Optional[_Iterable[str]] = ..., health: _Optional[str] = ..., load: _Optional[int] = ..., draining: _Optional[bool] = ..., health_since_ms: _Optional[int] = ..., reason: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., heat_msgs_per_s: _Optional[float] = ...) -> None: ...
 
 class AddClusterRequest(_message.Message):
     __slots__ = ("name", "bootstrap", "token")
@@ -126,3 +128,57 @@ class GetMappingResponse(_message.Message):
     clusters: _containers.RepeatedCompositeFieldContainer[ClusterInfo]
     queues: _containers.RepeatedCompositeFieldContainer[QueueMapping]
     def __init__(self, version: _Optional[int] = ..., unchanged: _Optional[bool] = ..., clusters: _Optional[_Iterable[_Union[ClusterInfo, _Mapping]]] = ..., queues: _Optional[_Iterable[_Union[QueueMapping, _Mapping]]] = ...) -> None: ...
+
+class MoveQueueRequest(_message.Message):
+    __slots__ = ("name", "to", "dry_run")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    to: str
+    dry_run: bool
+    def __init__(self, name: _Optional[str] = ..., to: _Optional[str] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+
+class QueueMoveInfo(_message.Message):
+    __slots__ = ("queue", "source", "target", "phase", "started_ms", "phase_ms", "finished_ms", "copied", "partitions", "messages", "error")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    PHASE_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
+    COPIED_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    source: str
+    target: str
+    phase: str
+    started_ms: int
+    phase_ms: int
+    finished_ms: int
+    copied: int
+    partitions: int
+    messages: int
+    error: str
+    def __init__(self, queue: _Optional[str] = ..., source: _Optional[str] = ..., target: _Optional[str] = ..., phase: _Optional[str] = ..., started_ms: _Optional[int] = ..., phase_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., copied: _Optional[int] = ..., partitions: _Optional[int] = ..., messages: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+
+class MoveStatusRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class MoveStatusResponse(_message.Message):
+    __slots__ = ("moves",)
+    MOVES_FIELD_NUMBER: _ClassVar[int]
+    moves: _containers.RepeatedCompositeFieldContainer[QueueMoveInfo]
+    def __init__(self, moves: _Optional[_Iterable[_Union[QueueMoveInfo, _Mapping]]] = ...) -> None: ...
+
+class CancelQueueMoveRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...

@@ -74,6 +74,21 @@ class ManagerServiceStub:
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.GetMappingRequest.SerializeToString,
                 response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.GetMappingResponse.FromString,
                 _registered_method=True)
+        self.MoveQueue = channel.unary_unary(
+                '/raft_queue.v1.ManagerService/MoveQueue',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.MoveQueueRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.QueueMoveInfo.FromString,
+                _registered_method=True)
+        self.MoveStatus = channel.unary_unary(
+                '/raft_queue.v1.ManagerService/MoveStatus',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.MoveStatusRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.MoveStatusResponse.FromString,
+                _registered_method=True)
+        self.CancelQueueMove = channel.unary_unary(
+                '/raft_queue.v1.ManagerService/CancelQueueMove',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.CancelQueueMoveRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.QueueMoveInfo.FromString,
+                _registered_method=True)
 
 
 class ManagerServiceServicer:
@@ -127,6 +142,24 @@ class ManagerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MoveQueue(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MoveStatus(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelQueueMove(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ManagerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -169,6 +202,21 @@ def add_ManagerServiceServicer_to_server(servicer, server):
                     servicer.GetMapping,
                     request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.GetMappingRequest.FromString,
                     response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.GetMappingResponse.SerializeToString,
+            ),
+            'MoveQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.MoveQueue,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.MoveQueueRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.QueueMoveInfo.SerializeToString,
+            ),
+            'MoveStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.MoveStatus,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.MoveStatusRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.MoveStatusResponse.SerializeToString,
+            ),
+            'CancelQueueMove': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelQueueMove,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.CancelQueueMoveRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.QueueMoveInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -387,6 +435,87 @@ class ManagerService:
             '/raft_queue.v1.ManagerService/GetMapping',
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.GetMappingRequest.SerializeToString,
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.GetMappingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MoveQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.ManagerService/MoveQueue',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.MoveQueueRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.QueueMoveInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MoveStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.ManagerService/MoveStatus',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.MoveStatusRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.MoveStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelQueueMove(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.ManagerService/CancelQueueMove',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.CancelQueueMoveRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.QueueMoveInfo.FromString,
             options,
             channel_credentials,
             insecure,

@@ -487,3 +487,44 @@ class SubscribeRequest(_message.Message):
     consumer: str
     credit: int
     def __init__(self, queue: _Optional[str] = ..., visibility_ms: _Optional[int] = ..., consumer: _Optional[str] = ..., credit: _Optional[int] = ...) -> None: ...
+
+class ExportPartitionRequest(_message.Message):
+    __slots__ = ("queue", "partition", "offset", "max_messages")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    partition: int
+    offset: int
+    max_messages: int
+    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ...) -> None: ...
+
+class ExportedMessage(_message.Message):
+    __slots__ = ("message", "state")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    message: Message
+    state: str
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., state: _Optional[str] = ...) -> None: ...
+
+class ExportPartitionResponse(_message.Message):
+    __slots__ = ("messages", "next_offset", "latest_offset", "fenced", "group_offsets")
+    class GroupOffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LATEST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FIELD_NUMBER: _ClassVar[int]
+    GROUP_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[ExportedMessage]
+    next_offset: int
+    latest_offset: int
+    fenced: bool
+    group_offsets: _containers.ScalarMap[str, int]
+    def __init__(self, messages: _Optional[_Iterable[_Union[ExportedMessage, _Mapping]]] = ..., next_offset: _Optional[int] = ..., latest_offset: _Optional[int] = ..., fenced: _Optional[bool] = ..., group_offsets: _Optional[_Mapping[str, int]] = ...) -> None: ...

@@ -119,6 +119,11 @@ class QueueServiceStub:
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SubscribeRequest.SerializeToString,
                 response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.Message.FromString,
                 _registered_method=True)
+        self.ExportPartition = channel.unary_unary(
+                '/raft_queue.v1.QueueService/ExportPartition',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ExportPartitionRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ExportPartitionResponse.FromString,
+                _registered_method=True)
 
 
 class QueueServiceServicer:
@@ -226,6 +231,15 @@ class QueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExportPartition(self, request, context):
+        """A queue move between clusters (docs/operations.md "Moving a queue between
+        clusters"): every retained record of one partition from `offset` on, with
+        its delivery state, served by the partition's leader. Admin only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -313,6 +327,11 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     servicer.Subscribe,
                     request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SubscribeRequest.FromString,
                     response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.Message.SerializeToString,
+            ),
+            'ExportPartition': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExportPartition,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ExportPartitionRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ExportPartitionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -774,6 +793,33 @@ class QueueService:
             '/raft_queue.v1.QueueService/Subscribe',
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SubscribeRequest.SerializeToString,
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.Message.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportPartition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.QueueService/ExportPartition',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ExportPartitionRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ExportPartitionResponse.FromString,
             options,
             channel_credentials,
             insecure,

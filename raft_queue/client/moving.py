@@ -1,0 +1,31 @@
+"""SDK flows of a queue move between clusters (the manager's mover calls
+them; docs/operations.md "Moving a queue between clusters"): fence a queue,
+export one partition's records with their delivery state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raft_queue._proto.raft_queue.v1 import admin_pb2, queue_pb2
+from raft_queue.client.calls import Call, Flow, partition_count
+from raft_queue.client.routing import PartitionLeaders, Router
+
+
+def fence_queue(queue: str, fenced: bool) -> Flow[Any]:
+    """FenceQueueResponse (fenced, partitions); on the metadata leader."""
+    request = admin_pb2.FenceQueueRequest(queue=queue, fenced=fenced)
+    response = yield Call("FenceQueue", request, admin=True, mutating=True, idempotent=True)
+    return response
+
+
+def export_partition(
+    router: Router, queue: str, partition: int, offset: int, max_messages: int
+) -> Flow[Any]:
+    """ExportPartitionResponse of one partition from ``offset``, on its leader."""
+    request = queue_pb2.ExportPartitionRequest(
+        queue=queue, partition=partition, offset=offset, max_messages=max_messages
+    )
+    yield from partition_count(router, queue)  # learn the leaders (cached)
+    target = PartitionLeaders(queue, [partition])
+    response = yield Call("ExportPartition", request, target, mutating=False)
+    return response

@@ -1,0 +1,234 @@
+"""MoveWatch: the manager leader drives each queue move between clusters
+(state in manager/move_state.py; docs/operations.md "Moving a queue between
+clusters").
+
+Every ``WATCH_S`` the leader looks at the active move and runs the step its
+phase calls for. Each step is idempotent and ends by committing the next
+phase, so a leader that dies mid-step leaves the phase where it was and the
+next leader's watch runs the step again:
+
+- ``starting``: create the queue on the target with the source's effective
+  config (partitions, ordering, DLQ setting, dedup window, ...: CreateQueue
+  is idempotent), fence the source (FenceQueue), commit ``fenced``.
+- ``fenced``: wait until every source partition's leader applied the fence
+  (ExportPartition says so), make sure the target's copy is empty (a step
+  run before, cut short, is dropped: the target's queue is deleted and
+  created again; no client reaches it before the cut-over), copy each
+  partition's unfinished records in offset order to the same partition of
+  the target (body, key, headers, dedup id), translate the consumer-group
+  offsets, then commit the cut-over (FinishMove: the mapping names the
+  target, ``mapping_version`` moves on).
+- ``cancelling``: unfence the source, delete the target's copy, commit
+  ``cancelled``.
+
+A step that fails (a cluster unreachable, a leader change there) is retried
+on the next round; its error is kept for ``raftq queue move Q status``. A
+step stops between chunks once this manager is no longer the leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from raft_queue import errors
+from raft_queue.client.models import OutgoingMessage
+from raft_queue.manager import move_state
+from raft_queue.manager.health import cluster_client
+from raft_queue.manager.node import ManagerNode
+from raft_queue.manager.sealing import TokenSeal
+
+log = logging.getLogger(__name__)
+
+WATCH_S = 0.5  # how often the leader looks at the active move
+CALL_TIMEOUT_S = 20.0  # one cluster call, its retries included
+EXPORT_CHUNK = 1000  # records per ExportPartition
+FENCE_WAIT_S = 20.0  # for every source partition's leader to apply the fence
+SKIP_STATES = ("done", "dead")  # acked (or dead-lettered at the source): not copied
+
+
+class NotLeaderAnyMore(Exception):
+    """This manager lost the lead mid-step: stop, the next leader redoes it."""
+
+
+class MoveWatch:
+    def __init__(
+        self, node: ManagerNode, seal: TokenSeal, wall_ms: Callable[[], int] | None = None
+    ) -> None:
+        self._node = node
+        self._seal = seal
+        self._wall_ms = wall_ms or (lambda: int(time.time() * 1000))
+        self.errors: dict[str, str] = {}  # queue -> the last step's failure
+
+    async def run_forever(self) -> None:
+        while True:
+            try:
+                if self._node.can_serve():
+                    await self.step_once()
+            except Exception:
+                log.exception("move watch failed")
+            await asyncio.sleep(WATCH_S)
+
+    async def step_once(self) -> None:
+        for move in self._node.view.active_moves():
+            try:
+                await self._step(move)
+                self.errors.pop(move.queue, None)
+            except NotLeaderAnyMore:
+                return
+            except Exception as exc:  # retried next round
+                self.errors[move.queue] = f"{type(exc).__name__}: {exc}"[:300]
+                log.warning("move of %s (%s): %s", move.queue, move.phase, exc)
+
+    async def _step(self, move: move_state.QueueMove) -> None:
+        loop = asyncio.get_running_loop()
+        if move.phase == "starting":
+            await loop.run_in_executor(None, self._start, move)
+            await self._commit(move_state.SetMovePhase(move.queue, "starting", "fenced", 0))
+        elif move.phase == "fenced":
+            copied = await loop.run_in_executor(None, self._copy, move)
+            await self._commit(move_state.FinishMove(move.queue, copied, 0))
+            log.info("queue %s moved %s -> %s: %d copied", move.queue, move.source,
+                     move.target, copied)  # fmt: skip
+        elif move.phase == "cancelling":
+            await loop.run_in_executor(None, self._roll_back, move)
+            await self._commit(move_state.SetMovePhase(move.queue, "cancelling", "cancelled", 0))
+
+    async def _commit(self, cmd: Any) -> None:
+        await self._node.submit(dataclasses.replace(cmd, now_ms=self._wall_ms()))
+
+    # ---- steps (executor threads) ------------------------------------------------------------
+    def client(self, cluster: str) -> Any:
+        record = self._node.view.cluster(cluster)
+        if record is None:
+            raise errors.NotFound(f"cluster {cluster!r} is not registered")
+        token = self._seal.open(record.token, cluster)
+        return cluster_client(record.bootstrap, token, CALL_TIMEOUT_S, retries=4)
+
+    def _check_leader(self) -> None:
+        if not self._node.is_leader():
+            raise NotLeaderAnyMore()
+
+    def _start(self, move: move_state.QueueMove) -> None:
+        with self.client(move.source) as src, self.client(move.target) as dst:
+            config = dataclasses.asdict(src.get_queue(move.queue).config)
+            self._check_leader()
+            if config.get("dead_letter_queue"):
+                self._ensure_dlq(src, dst, str(config["dead_letter_queue"]))
+            dst.create_queue(move.queue, **config)
+            src.fence_queue(move.queue, True)
+
+    def _ensure_dlq(self, src: Any, dst: Any, dlq: str) -> None:
+        """The target needs the queue's dead-letter queue (a queue names an
+        existing one): created empty with the source DLQ's config if it has
+        none of that name. The source DLQ's messages stay at the source."""
+        try:
+            dst.get_queue(dlq)
+            return
+        except errors.NotFound:
+            pass
+        config = dataclasses.asdict(src.get_queue(dlq).config)
+        config["dead_letter_queue"] = ""  # a chain of DLQs is not followed
+        dst.create_queue(dlq, **config)
+
+    def _roll_back(self, move: move_state.QueueMove) -> None:
+        with self.client(move.source) as src, self.client(move.target) as dst:
+            self._check_leader()
+            with contextlib.suppress(errors.NotFound):  # deleted meanwhile: nothing to unfence
+                src.fence_queue(move.queue, False)
+            with contextlib.suppress(errors.NotFound):
+                dst.delete_queue(move.queue)
+
+    def _copy(self, move: move_state.QueueMove) -> int:
+        with self.client(move.source) as src, self.client(move.target) as dst:
+            config = src.get_queue(move.queue).config
+            count = int(config.partitions or 1)
+            self._fresh_target(dst, move.queue, dataclasses.asdict(config))
+            copied = 0
+            for p in range(count):
+                copied += self._copy_partition(src, dst, move.queue, p)
+            return copied
+
+    def _fresh_target(self, dst: Any, queue: str, config: dict[str, Any]) -> None:
+        """An empty target queue: a copy cut short before (this leader's or a
+        previous one's) is dropped and the queue created again."""
+        try:
+            if all(p.latest_offset == 0 for p in dst.partitions(queue)):
+                return
+            self._check_leader()
+            log.info("queue %s: dropping a partial copy on the target", queue)
+            dst.delete_queue(queue)
+        except errors.NotFound:  # deleted on the target behind our back: create it again
+            pass
+        deadline = time.monotonic() + CALL_TIMEOUT_S
+        while True:
+            try:
+                dst.create_queue(queue, **config)
+                return
+            except (errors.AlreadyExists, errors.Unavailable):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def _wait_fenced(self, src: Any, queue: str, partition: int) -> Any:
+        deadline = time.monotonic() + FENCE_WAIT_S
+        while True:
+            first = src.export_partition(queue, partition, 0, EXPORT_CHUNK)
+            if first.fenced:
+                return first
+            if time.monotonic() > deadline:
+                raise errors.Unavailable(f"{queue}[{partition}] has not applied its fence yet")
+            time.sleep(0.1)
+
+    def _copy_partition(self, src: Any, dst: Any, queue: str, partition: int) -> int:
+        """Copy one partition's unfinished records in offset order; translate
+        its consumer groups' offsets. How many were copied."""
+        page = self._wait_fenced(src, queue, partition)
+        at: list[tuple[int, int]] = []  # (source offset, target offset) of each copy
+        groups = dict(page.group_offsets)
+        while True:
+            wanted = [e.message for e in page.messages if e.state not in SKIP_STATES]
+            if wanted:
+                self._check_leader()
+                at += self._send(dst, queue, partition, wanted)
+            if not page.messages or page.next_offset >= page.latest_offset:
+                break
+            page = src.export_partition(queue, partition, page.next_offset, EXPORT_CHUNK)
+        self._carry_offsets(dst, queue, partition, groups, at)
+        return len(at)
+
+    def _send(self, dst: Any, queue: str, partition: int, messages: list[Any]) -> list[Any]:
+        out = [_outgoing(m, partition, keep_dedup=True) for m in messages]
+        results = dst.send_batch(queue, out)
+        pairs = []
+        for m, r in zip(messages, results, strict=True):
+            if r.duplicate:  # a dedup id reused after its window at the source: keep both
+                r = dst.send_batch(queue, [_outgoing(m, partition, keep_dedup=False)])[0]
+            pairs.append((m.offset, r.offset))
+        return pairs
+
+    def _carry_offsets(
+        self, dst: Any, queue: str, partition: int, groups: dict[str, int], at: list[Any]
+    ) -> None:
+        """A group's next source offset ``o`` becomes the target offset of the
+        first copy of a record at or after ``o`` (the target's end if none)."""
+        end = at[-1][1] + 1 if at else 0
+        for group, offset in groups.items():
+            target = next((t for s, t in at if s >= offset), end)
+            dst.commit_offsets(queue, group, {partition: target}, reset=True)
+
+
+def _outgoing(m: Any, partition: int, keep_dedup: bool) -> OutgoingMessage:
+    return OutgoingMessage(
+        m.body,
+        m.key,
+        dict(m.headers) or None,
+        (m.dedup_id or None) if keep_dedup else None,
+        0,
+        partition,
+    )

@@ -1,0 +1,84 @@
+"""The cluster side of a queue move between clusters (manager/moves.py,
+docs/operations.md "Moving a queue between clusters").
+
+- ``fence``: FenceQueue on the metadata leader. From the entry on, each
+  partition's leader applies a Configure with ``fenced`` (server/node.py):
+  every later Append is refused (PartitionSealed, as a split parent) and
+  every later Lease leases nothing, so what the partition still has to
+  deliver can only shrink (acks of leases given before the fence, expiry).
+  Nodes also refuse a Receive of a fenced queue at once (receiving.py), so a
+  ManagedClient refetches the mapping. ``fenced = False`` undoes it (a
+  cancelled move).
+- ``export``: one partition's retained records from an offset (a page
+  bounded as a Receive's, by count and ``limits.max_receive_bytes``), each with its
+  delivery state (``queued``, ``in_flight``, ``delayed``, ``blocked``,
+  ``dead``, ``done``), plus the consumer-group offsets and whether the
+  partition had applied its fence when read (the same read transaction
+  order: a fenced answer's records are final, no Append follows). Served by
+  the partition's leader, as Read.
+
+Both are admin calls (core/access.py: methods it does not list need admin).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from raft_queue import errors
+from raft_queue._proto.raft_queue.v1 import admin_pb2, queue_pb2
+from raft_queue.core import metadata as meta
+from raft_queue.server.api import convert
+from raft_queue.server.cluster import Cluster
+from raft_queue.server.dataplane import bounds
+
+MAX_EXPORT_MESSAGES = 10_000
+
+
+class Exporter:
+    def __init__(self, cluster: Cluster) -> None:
+        self.c = cluster
+
+    async def fence(self, request: Any) -> Any:
+        """Metadata leader: (un)fence every partition of ``request.queue``."""
+        if not request.queue:
+            raise errors.InvalidArgument("queue", "a queue name is required")
+        q = self.c.node.queue_spec(request.queue)
+        cmd = meta.FenceQueue(q.name, q.uid, bool(request.fenced))
+        record = await self.c.node.submit_metadata(cmd)
+        return admin_pb2.FenceQueueResponse(fenced=record.fenced, partitions=record.spec.partitions)
+
+    async def export(self, request: Any, forwarded: bool) -> Any:
+        q = self.c.node.queue_spec(request.queue)
+        part = convert.check_range(request.partition, 0, q.spec.partitions - 1, "partition")
+        max_n = convert.check_range(
+            request.max_messages or 1000, 1, MAX_EXPORT_MESSAGES, "max_messages"
+        )
+        replica = self.c.local_leader(q.name, part, forwarded, reads=True)
+        if replica is None:
+            return await self.c.forward_to_leader(q.name, part, "ExportPartition", request)
+        # The fence first: records read after it was seen applied are final.
+        fenced = bool(replica.stats(int(time.time() * 1000)).fenced)
+        offset = request.offset
+        res = replica.read(offset, max_n)
+        if offset < res.earliest_offset:  # acked and compacted before offset: start there
+            offset = res.earliest_offset
+            res = replica.read(offset, max_n)
+        records = self.c.crypto.open_read(q, part, replica, res.records)
+        messages = [convert.message_pb(q.name, part, r) for r in records]
+        keep = bounds.within_bytes(messages, self.c.node.config.limits.max_receive_bytes)
+        next_offset = res.next_offset if res.records else offset
+        if keep < len(messages):  # a partial page: the caller exports on from here
+            messages, next_offset = messages[:keep], records[keep].offset
+        out = []
+        for m in messages:
+            history = replica.history(m.offset)
+            state = history.state if history is not None else "done"
+            out.append(queue_pb2.ExportedMessage(message=m, state=state))
+        return queue_pb2.ExportPartitionResponse(
+            messages=out,
+            next_offset=next_offset,
+            latest_offset=res.latest_offset,
+            fenced=fenced,
+            group_offsets=replica.offsets(),
+        )

@@ -1,0 +1,417 @@
+"""Moving a queue between clusters (raftq queue move; manager/moves.py) on
+real processes: two 3-node clusters and a 3-node manager (9 node processes,
+one fixture for the module).
+
+Producers send keyed messages one at a time through ManagedClient (a send
+with an unknown outcome is recorded as such and the producer goes on with a
+new process id), consumers receive and ack through ManagedClient. Every
+delivery is recorded with its cluster (``c1/0``: partition 0 on c1), and the
+chaos checker ranks the source's partitions before the target's: per key,
+the source's records come first, then the target's copies and new sends.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from chaos.checker import check
+from chaos.history import History
+from raft_queue import errors
+from raft_queue.cli.main import main
+from raft_queue.client import OutgoingMessage
+from raft_queue.client.managed import ManagedClient
+from raft_queue.testing.cluster import LocalCluster
+from raft_queue.testing.managers import ManagerCluster
+
+pytestmark = pytest.mark.integration
+
+HEALTH = {"poll_period_s": 0.5, "call_timeout_s": 2.0, "down_after_s": 3.0}
+KEYS = [f"key-{i}" for i in range(12)]
+
+
+@dataclass
+class Fleet:
+    c1: LocalCluster
+    c2: LocalCluster
+    managers: ManagerCluster
+
+    def managed(self, timeout_s: float = 20.0) -> ManagedClient:
+        return ManagedClient(self.managers.bootstrap, self.managers.token, timeout_s=timeout_s)
+
+    def raftq(self, *args: str) -> Any:
+        argv = ["--manager", self.managers.bootstrap, "--token", self.managers.token, *args]
+        return CliRunner().invoke(main, argv)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    base = Path(tmp_path_factory.mktemp("move"))
+    c1, c2 = LocalCluster(base / "c1", nodes=3), LocalCluster(base / "c2", nodes=3)
+    managers = ManagerCluster(base / "mgr", managers=3, health=HEALTH)
+    for c in (c1, c2):  # one admin token for the fleet, as `raftq dev up --clusters` makes
+        c.base_dir.mkdir(parents=True)
+        (c.base_dir / "admin.token").write_text(managers.token + "\n")
+        (c.base_dir / "admin.token").chmod(0o600)
+    try:
+        for part in (c1, c2, managers):
+            part.start()
+        c1.wait_ready(90)
+        c2.wait_ready(90)
+        managers.wait_ready(60)
+        with managers.admin() as admin:
+            admin.add_cluster("c1", c1.bootstrap.split(","), c1.token)
+            admin.add_cluster("c2", c2.bootstrap.split(","), c2.token)
+        yield Fleet(c1, c2, managers)
+    except BaseException:
+        for i in range(3):
+            print(f"--- m{i + 1} log tail ---")
+            print("\n".join(managers.log_path(i).read_text(errors="replace").splitlines()[-30:]))
+        raise
+    finally:
+        managers.stop()
+        c1.stop()
+        c2.stop()
+
+
+def _wait(what: str, check_: Any, timeout_s: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if check_():
+            return time.monotonic() - started
+        time.sleep(0.1)
+    raise AssertionError(f"{what}: not within {timeout_s} s")
+
+
+def _phase(fleet: Fleet, queue: str) -> str:
+    with fleet.managers.admin() as admin:
+        return str(admin.move_status(queue).moves[0].phase)
+
+
+# ---- load: producers and consumers through ManagedClient, recorded -------------------------
+
+
+@dataclass
+class Load:
+    fleet: Fleet
+    queue: str
+    history: History = field(default_factory=History)
+    sent_at: list[tuple[float, float]] = field(default_factory=list)  # (invoked, completed)
+    stop_sends: threading.Event = field(default_factory=threading.Event)
+    stop_receives: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def start(self, producers: int = 2, consumers: int = 2, consume: bool = True) -> None:
+        for i in range(producers):
+            self._spawn(self.produce, KEYS[i::producers])
+        if consume:
+            self.start_consumers(consumers)
+
+    def start_consumers(self, count: int = 2) -> None:
+        for _ in range(count):
+            self._spawn(self.consume)
+
+    def _spawn(self, fn: Any, *args: Any) -> None:
+        t = threading.Thread(target=fn, args=args, daemon=True)
+        t.start()
+        self.threads.append(t)
+
+    def prefill(self, count: int) -> None:
+        """``count`` messages of distinct keys in batches, recorded as sends."""
+        client, history = self.fleet.managed(), self.history
+        for start in range(0, count, 500):
+            batch = [f"fill-{i}" for i in range(start, min(count, start + 500))]
+            ops = [history.invoke(history.new_process_id(), "send", p, queue=self.queue, key=p)
+                   for p in batch]  # fmt: skip
+            client.send_batch(self.queue, [OutgoingMessage(p, key=p) for p in batch])
+            for op in ops:
+                self.history.complete(op, "ok")
+        client.close()
+
+    def produce(self, keys: list[str]) -> None:
+        client, history = self.fleet.managed(), self.history
+        process, n = history.new_process_id(), 0
+        while not self.stop_sends.is_set():
+            for key in keys:
+                payload = f"{key}/{n:05d}"
+                op = history.invoke(process, "send", payload, queue=self.queue, key=key)
+                began = time.monotonic()
+                try:
+                    client.send(self.queue, payload, key=key)
+                except Exception as exc:  # outcome unknown: a new process goes on
+                    history.complete(op, "info", error=repr(exc))
+                    process = history.new_process_id()
+                    continue
+                history.complete(op, "ok")
+                self.sent_at.append((began, time.monotonic()))
+            n += 1
+        client.close()
+
+    def consume(self) -> None:
+        client, history = self.fleet.managed(), self.history
+        process = history.new_process_id()
+        while not self.stop_receives.is_set():
+            op = history.invoke(process, "receive", queue=self.queue)
+            try:
+                got = client.receive(self.queue, max_messages=50, visibility_ms=5000, wait_ms=200)
+            except Exception as exc:
+                history.complete(op, "info", error=repr(exc))
+                process = history.new_process_id()
+                continue
+            value = [_seen(m) for m in got]
+            history.complete(op, "ok", value)
+            if not got:
+                continue
+            op = history.invoke(process, "ack", value, queue=self.queue)
+            try:
+                results = client.ack(self.queue, got)
+            except Exception as exc:
+                history.complete(op, "info", error=repr(exc))
+                process = history.new_process_id()
+                continue
+            history.complete(op, "ok", [v for v, r in zip(value, results, strict=True) if r.ok])
+        client.close()
+
+    def finish(self, timeout_s: float = 120.0) -> None:
+        """Stop sending, let the consumers take everything, stop them, drain."""
+        self.stop_sends.set()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not self.sent_payloads() <= self.acked_payloads():
+            time.sleep(0.5)
+        self.stop_receives.set()
+        for t in self.threads:
+            t.join(60)
+        client = self.fleet.managed()
+        drain = self.history.invoke(self.history.new_process_id(), "drain", queue=self.queue)
+        left = client.receive(self.queue, max_messages=100, wait_ms=1000)
+        self.history.complete(drain, "ok", [_seen(m) for m in left])
+        client.close()
+
+    def sent_payloads(self) -> set[str]:
+        ops = list(self.history.ops)
+        return {op["value"] for op in ops if op["f"] == "send" and op["type"] == "ok"}
+
+    def acked_payloads(self) -> set[str]:
+        ops = list(self.history.ops)
+        return {
+            r["payload"] for op in ops if op["f"] == "ack" and op["type"] == "ok"
+            for r in op["value"]
+        }  # fmt: skip
+
+    def verdict(self, source: str, target: str, partitions: int) -> Any:
+        rank = {(self.queue, f"{c}/{p}"): r for r, c in enumerate((source, target))
+                for p in range(partitions)}  # fmt: skip
+        report = check(self.history.ops, fifo_keys=True, dedup=False, partition_rank=rank)
+        print(report.render())
+        return report
+
+    def longest_send_gap(self, start: float, end: float) -> float:
+        """The longest time in [start, end] with no send completing (the
+        producers' view of the move's unavailability), and the slowest send."""
+        done = sorted(c for _, c in self.sent_at if start <= c <= end + 30)
+        marks = [start, *done]
+        return max((b - a for a, b in zip(marks, marks[1:], strict=False)), default=0.0)
+
+
+def _seen(m: Any) -> dict[str, Any]:
+    cluster = m.receipt.partition("@")[0]
+    return {"partition": f"{cluster}/{m.partition}", "offset": m.offset,
+            "payload": m.body.decode(), "key": m.key, "receipt": m.receipt}  # fmt: skip
+
+
+def _stored_twice_on(load: Load, cluster: str) -> dict[str, set[Any]]:
+    """Payloads delivered from two different slots of ``cluster``: copied twice."""
+    slots: dict[str, set[Any]] = {}
+    for op in list(load.history.ops):
+        if op["f"] in ("receive", "drain") and op["type"] == "ok":
+            for r in op["value"] or []:
+                if r["partition"].startswith(cluster + "/"):
+                    slots.setdefault(r["payload"], set()).add((r["partition"], r["offset"]))
+    return {p: s for p, s in slots.items() if len(s) > 1}
+
+
+def _redelivered_from_target(load: Load, target: str, before_index: int) -> list[str]:
+    """Payloads delivered by the target although an ack of them at the source
+    had completed before ``before_index`` (the move's start): must be none."""
+    ops = list(load.history.ops)
+    acked_early = {
+        r["payload"] for op in ops[:before_index] if op["f"] == "ack" and op["type"] == "ok"
+        for r in op["value"]
+    }  # fmt: skip
+    return [
+        r["payload"] for op in ops
+        if op["f"] in ("receive", "drain") and op["type"] == "ok"
+        for r in op["value"] or [] if r["partition"].startswith(target + "/")
+        and r["payload"] in acked_early
+    ]  # fmt: skip
+
+
+# ---- tests ---------------------------------------------------------------------------------
+
+
+def test_bad_moves_are_refused_naming_the_field_and_change_nothing(fleet: Fleet) -> None:
+    with fleet.managers.admin() as admin:
+        admin.create_queue("bad-a", partitions=1, clusters=["c1"])
+        admin.create_queue("bad-b", partitions=1, clusters=["c1"])
+        before = admin.get_mapping().version
+    cases = [
+        (("queue", "move", "nope", "--to", "c2", "--execute"), "queue: 'nope' is not managed"),
+        (("queue", "move", "bad-a", "--to", "c9", "--execute"), "to: cluster 'c9'"),
+        (("queue", "move", "bad-a", "--to", "c1", "--execute"), "to: queue 'bad-a' is already"),
+        (("queue", "move", "bad-a", "--execute"), "--to CLUSTER"),
+        (("queue", "move", "nope", "cancel"), "queue: 'nope' has no move"),
+    ]
+    for argv, said in cases:
+        result = fleet.raftq(*argv)
+        assert result.exit_code != 0 and said in result.output, (argv, result.output)
+    plan = fleet.raftq("queue", "move", "bad-a", "--to", "c2", "--json")  # a dry run
+    assert plan.exit_code == 0, plan.output
+    assert json.loads(plan.output)["phase"] == "planned"
+    started = fleet.raftq("queue", "move", "bad-a", "--to", "c2", "--execute", "--no-wait")
+    assert started.exit_code == 0, started.output
+    other = fleet.raftq("queue", "move", "bad-b", "--to", "c2", "--execute")
+    assert other.exit_code != 0 and "queue: a move is running (bad-a" in other.output
+    _wait("bad-a moved", lambda: _phase(fleet, "bad-a") == "done", 60)
+    with fleet.managers.admin() as admin:
+        assert admin.get_mapping().version == before + 1  # the one real move, nothing else
+        assert len(admin.move_status().moves) == 1
+    with fleet.c2.client() as c2:
+        assert [q.name for q in c2.list_queues()] == ["bad-a"]  # bad-b was not created there
+    with fleet.managed() as client:  # the moved queue works on c2
+        client.send("bad-a", "after")
+        assert [m.body for m in client.receive("bad-a", wait_ms=2000)] == [b"after"]
+        assert {h.cluster for h in client.homes("bad-a")} == {"c2"}
+    again = fleet.raftq("queue", "move", "bad-a", "--to", "c2", "cancel")
+    assert again.exit_code != 0 and "already cut over" in again.output
+
+
+def test_a_cancelled_move_rolls_back_the_fence_and_the_target_copy(fleet: Fleet) -> None:
+    total = 20_000
+    with fleet.managed() as client:
+        client.create_queue("undo", partitions=2, clusters=["c1"], ordering="fifo")
+        for start in range(0, total, 1000):
+            client.send_batch("undo", [OutgoingMessage(f"m{i}", key=f"k{i}")
+                                       for i in range(start, start + 1000)])  # fmt: skip
+    started = fleet.raftq("queue", "move", "undo", "--to", "c2", "--execute", "--no-wait")
+    assert started.exit_code == 0, started.output
+    _wait("fenced", lambda: _phase(fleet, "undo") == "fenced", 30)
+    cancelled = fleet.raftq("queue", "move", "undo", "cancel", "--json")
+    assert cancelled.exit_code == 0, cancelled.output  # the copy of 20000 takes longer
+    _wait("rolled back", lambda: _phase(fleet, "undo") == "cancelled", 60)
+    with fleet.managed() as client:
+        assert {h.cluster for h in client.homes("undo")} == {"c1"}
+        client.send("undo", "more", key="k1")  # unfenced: sends and receives again
+        assert client.get_queue("undo").messages == total + 1
+        assert len(client.receive("undo", max_messages=10, wait_ms=2000)) == 10
+    with fleet.c2.client() as c2:
+        _wait("target copy dropped", lambda: "undo" not in {q.name for q in c2.list_queues()}, 20)
+
+
+def test_a_fifo_queue_moved_under_load_loses_nothing_and_keeps_per_key_order(
+    fleet: Fleet,
+) -> None:
+    queue = "orders"
+    with fleet.managed() as client:
+        client.create_queue("orders-dlq", partitions=1, clusters=["c1"], retention_ms=60_000)
+        client.create_queue(queue, partitions=2, clusters=["c1"], ordering="fifo",
+                            replication_factor=3, dead_letter_queue="orders-dlq",
+                            max_receives=50, dedup_window_ms=600_000)  # fmt: skip
+        with fleet.c1.client() as c1:  # a consumer group's offsets, to be translated
+            c1.commit_offsets(queue, "audit", {0: 0, 1: 0})
+    load = Load(fleet, queue)
+    load.start(consume=False)
+    time.sleep(3)  # a backlog for the move to copy
+    load.start_consumers()
+    time.sleep(2)
+    index = len(load.history.ops)
+    began = time.monotonic()
+    moved = fleet.raftq("queue", "move", queue, "--to", "c2", "--execute", "--json")
+    took = time.monotonic() - began
+    assert moved.exit_code == 0, moved.output
+    row = json.loads(moved.output)
+    assert row["phase"] == "done", row
+    time.sleep(3)  # sends and receives go on against c2
+    load.finish()
+    gap = load.longest_send_gap(began, began + took)
+    report = load.verdict("c1", "c2", 2)
+    sent, acked = load.sent_payloads(), load.acked_payloads()
+    after = [op for op in load.history.ops[index:] if op["f"] == "send" and op["type"] == "ok"]
+    unknown = [op.get("error") for op in load.history.ops if op["type"] == "info"]
+    print(f"move of {queue}: {took:.2f} s (CLI), {row['copied']} copied, cut-over "
+          f"{(row['finished_ms'] - row['started_ms']) / 1000:.2f} s after the start; "
+          f"{len(sent)} sent, {len(after)} after the move began; longest pause of "
+          f"sends {gap:.2f} s; outcome unknown: {len(unknown)} {unknown[:3]}")  # fmt: skip
+    assert report.ok, report.to_json()
+    assert report.counts["lost"] == 0 and sent <= acked
+    assert row["copied"] > 0 and len(after) > 0
+    from_target = {
+        r["payload"] for op in load.history.ops
+        if op["f"] in ("receive", "drain") and op["type"] == "ok"
+        for r in op["value"] or [] if r["partition"].startswith("c2/")
+    }  # fmt: skip
+    assert len(from_target) > row["copied"]  # the copies, and new sends the clients moved to
+    assert _redelivered_from_target(load, "c2", index) == []
+    assert _stored_twice_on(load, "c2") == {}
+    with fleet.c2.client() as c2:  # the config came along; the group offset was translated
+        info = c2.get_queue(queue)
+        assert (info.config.ordering, info.config.dead_letter_queue) == ("fifo", "orders-dlq")
+        assert c2.get_queue("orders-dlq").config.retention_ms == 60_000
+        assert (info.config.max_receives, info.config.dedup_window_ms) == (50, 600_000)
+        assert set(c2.get_offsets(queue, "audit")) == {0, 1}
+    with fleet.c1.client() as c1, pytest.raises(errors.PartitionSealed):
+        c1.send(queue, "late", key="k", partition=0)  # the source keeps its queue, fenced
+
+
+def test_the_manager_leader_killed_mid_move_the_move_still_finishes(fleet: Fleet) -> None:
+    """kill -9 of the manager leader while it copies: the next leader's watch
+    finds the phase still ``fenced``, drops the partial copy on the target,
+    copies again and cuts over; nothing acked is lost, per-key order holds."""
+    queue = "jobs"
+    with fleet.managed() as client:
+        client.create_queue(queue, partitions=2, clusters=["c1"], ordering="fifo")
+    load = Load(fleet, queue)
+    load.prefill(20_000)  # a copy of several seconds, to be cut short
+    load.start(consume=False)
+    time.sleep(1)
+    index = len(load.history.ops)
+    admin = fleet.managers.admin()
+    leader = admin.list_clusters().leader
+    admin.move_queue(queue, "c2")
+    _wait("fenced", lambda: admin.move_status(queue).moves[0].phase == "fenced", 60)
+    with fleet.c2.client() as c2:  # the copy has begun on the target
+        _wait("copying", lambda: any(p.latest_offset for p in c2.partitions(queue)), 30)
+    victim = fleet.managers.addresses.index(leader)
+    fleet.managers.kill(victim)
+    assert admin.move_status(queue).moves[0].phase == "fenced"  # killed mid-copy
+    killed_at = time.monotonic()
+    try:
+        took = _wait("moved", lambda: _phase(fleet, queue) in ("done", "cancelled"), 180)
+    finally:
+        fleet.managers.start(victim)
+        admin.close()
+    phase = _phase(fleet, queue)
+    redone = [
+        i for i in range(3) if i != victim and "dropping a partial copy" in
+        fleet.managers.log_path(i).read_text(errors="replace")
+    ]  # fmt: skip
+    print(f"manager leader {leader} killed mid-copy; the move ended {phase} {took:.1f} s "
+          f"later; partial copy dropped by m{[i + 1 for i in redone]}")  # fmt: skip
+    load.start_consumers(3)
+    time.sleep(2)
+    load.finish(240)
+    report = load.verdict("c1", "c2", 2)
+    assert phase == "done"
+    assert report.ok, report.to_json()
+    assert report.counts["lost"] == 0 and load.sent_payloads() <= load.acked_payloads()
+    assert _redelivered_from_target(load, "c2", index) == []
+    assert _stored_twice_on(load, "c2") == {}
+    assert redone  # the path taken: the next leader dropped the partial copy
+    assert time.monotonic() - killed_at < 400
