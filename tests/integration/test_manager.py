@@ -359,6 +359,10 @@ def test_the_cli_at_c1_sends_receives_and_acks_a_queue_on_c2(fleet: Fleet) -> No
     got = raftq("receive", "far", "--wait", "2", "--no-ack", "--json")
     assert [m["body"] for m in got] == ["via-cli"]
     raftq("ack", "far", got[0]["receipt"])  # another process: redirected again, acked on c2
+    assert f"managed as 'c1' by the manager at {fleet.managers.addresses[0]}" in raftq(
+        "cluster", "status"
+    )
+    assert raftq("cluster", "status", "--json")["managers"] == fleet.managers.addresses
     with fleet.c2.client() as c2:
         assert c2.get_queue("far").messages == 0
 
