@@ -19,6 +19,7 @@ from raft_queue.config import (
     parse_host_port,
 )
 from raft_queue.errors import ConfigError
+from raft_queue.manager.heat import Balance
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,8 @@ class ManagerConfig:
     # manager dials its clusters over TLS, checking them against ca_file (one
     # CA for the fleet), presenting its certificate when require_client_cert.
     tls: TlsConfig = field(default_factory=TlsConfig)
+    # [balance]: moving a queue off a cluster that stays overheated (manager/rebalance.py)
+    balance: Balance = field(default_factory=Balance)
 
     def __post_init__(self) -> None:
         check_name("manager_id", self.manager_id, error=ConfigError)

@@ -24,6 +24,7 @@ from raft_queue.manager.config import ManagerConfig
 from raft_queue.manager.health import HealthPoller, dial_clusters_with
 from raft_queue.manager.moves import MoveWatch
 from raft_queue.manager.node import ManagerNode
+from raft_queue.manager.rebalance import Rebalancer
 from raft_queue.manager.sealing import TokenSeal
 from raft_queue.manager.service import ManagerService
 from raft_queue.observability import logs
@@ -74,6 +75,10 @@ async def serve(config: ManagerConfig) -> None:
     service.heat_of = poller.heat_per_node
     task = asyncio.create_task(poller.run_forever())
     moving = asyncio.create_task(mover.run_forever())
+    rebalancer = Rebalancer(
+        node, poller.meter, config.balance, service.start_move, config.health.poll_period_s
+    )
+    balancing = asyncio.create_task(rebalancer.run_forever())
     scheme = "TLS" if tls.enabled else "plaintext"
     print(f"raftq manager {node.id} ready on {config.address} ({scheme})", flush=True)
     stop = asyncio.Event()
@@ -83,6 +88,7 @@ async def serve(config: ManagerConfig) -> None:
     log.info("manager %s stopping", node.id)
     task.cancel()
     moving.cancel()
+    balancing.cancel()
     await server.stop(2.0)
     poller.close()
     await loop.run_in_executor(None, node.stop)

@@ -196,29 +196,33 @@ class ManagerService(manager_pb2_grpc.ManagerServiceServicer):
     # ---- moves between clusters (manager/moves.py) -------------------------------------------
     async def MoveQueue(self, request: Any, context: Any) -> Any:  # noqa: N802
         async def work() -> Any:
-            source = move_state.check_move(self._node.view, request.name, request.to)
-            info = await self._on_cluster(source, lambda c: c.get_queue(request.name))
-            count = int(info.config.partitions or 1)
-            if info.writable_partitions and info.writable_partitions != count:
-                raise errors.FailedPrecondition(
-                    f"queue: {request.name!r} was split on {source}; moving a split queue "
-                    "is not built"
-                )
-            if await self._existing(request.to, request.name) is not None:
-                raise errors.FailedPrecondition(
-                    f"to: cluster {request.to!r} already has a queue named {request.name!r} "
-                    "(a queue moved away stays there, fenced: delete it on that cluster first)"
-                )
-            if request.dry_run:
-                plan = move_state.QueueMove(request.name, source, request.to, "planned", 0, 0)
-                out = move_pb(plan, partitions=count)
-                out.messages = int(info.messages)
-                return out
-            move = await self._node.submit(move_state.StartMove(request.name, request.to,
-                                                                _now_ms()))  # fmt: skip
-            return move_pb(move, partitions=count)
+            return await self.start_move(request.name, request.to, request.dry_run)
 
         return await self._serve(context, work)
+
+    async def start_move(self, name: str, to: str, dry_run: bool = False) -> Any:
+        """Check and start a move of ``name`` to cluster ``to`` (QueueMoveInfo);
+        the operator's MoveQueue and the rebalancer (manager/rebalance.py) both
+        come through here. Errors name the field; nothing is written then."""
+        source = move_state.check_move(self._node.view, name, to)
+        info = await self._on_cluster(source, lambda c: c.get_queue(name))
+        count = int(info.config.partitions or 1)
+        if info.writable_partitions and info.writable_partitions != count:
+            raise errors.FailedPrecondition(
+                f"queue: {name!r} was split on {source}; moving a split queue is not built"
+            )
+        if await self._existing(to, name) is not None:
+            raise errors.FailedPrecondition(
+                f"to: cluster {to!r} already has a queue named {name!r} "
+                "(a queue moved away stays there, fenced: delete it on that cluster first)"
+            )
+        if dry_run:
+            plan = move_state.QueueMove(name, source, to, "planned", 0, 0)
+            out = move_pb(plan, partitions=count)
+            out.messages = int(info.messages)
+            return out
+        move = await self._node.submit(move_state.StartMove(name, to, _now_ms()))
+        return move_pb(move, partitions=count)
 
     async def MoveStatus(self, request: Any, context: Any) -> Any:  # noqa: N802
         async def work() -> Any:

@@ -37,6 +37,7 @@ class ManagerCluster:
     managers: int = 3
     raft: dict[str, Any] = field(default_factory=dict)
     health: dict[str, Any] = field(default_factory=dict)  # [health] (manager/config.py)
+    balance: dict[str, Any] = field(default_factory=dict)  # [balance] (manager/heat.py)
     base_port: int | None = None  # gRPC on base, base+2, ..; Raft on base+1, base+3, ..
     # A directory with the fleet's dev CA (``write_dev_tls``, e.g. a TLS
     # LocalCluster's ``tls_dir``): each manager gets a certificate signed by it
@@ -109,6 +110,9 @@ class ManagerCluster:
                 "",
                 "[health]",
                 *(f"{k} = {_toml(v)}" for k, v in self.health.items()),
+                "",
+                "[balance]",
+                *(f"{k} = {_toml(v)}" for k, v in self.balance.items()),
                 "",
                 "[security]",
                 f"cluster_secret_file = {_toml(str(secret))}",
