@@ -42,6 +42,15 @@ class NotFound(QueueError):
     # server answers NOT_FOUND only after vouching for the view
     # (server/control/metadata_barrier.py); never sent over the wire.
     found_now: Callable[[], bool] | None = None
+    # The missing QUEUE's name, when the queue itself does not exist here
+    # (server side: only such a miss may be redirected, server/control/redirects.py).
+    queue: str = ""
+    # A redirect: the queue is not in ``cluster``, which the external manager
+    # at ``manager`` (gRPC addresses, comma-separated) manages; route through
+    # it (trailers raftq-cluster / raftq-manager; the SDK follows them,
+    # client/redirect.py). "" when the cluster is unmanaged.
+    cluster: str = ""
+    manager: str = ""
 
 
 class AlreadyExists(QueueError):

@@ -100,3 +100,6 @@ def _print_status(result: ClusterStatus, digests: bool) -> None:
     print_objects(replica_columns, result.replicas, title="replicas")
     if result.unreachable:
         print_line(f"unreachable: {', '.join(result.unreachable)}", stderr=True)
+    if result.cluster_name:
+        managers = ", ".join(result.managers)
+        print_line(f"managed as {result.cluster_name!r} by the manager at {managers}")

@@ -72,6 +72,13 @@ class AdminSurface:
         req = admin_pb2.PlanRequest(kind=kind, node=node, max_moves=max_moves)
         return self._run(_admin("Plan", req, mutating=False))
 
+    def set_managed_by(self, cluster_name: str, managers: Sequence[str]) -> Any:
+        """Record that the external manager at ``managers`` manages this cluster
+        as ``cluster_name`` (both empty: unmanaged); the manager calls it
+        itself (manager/health.py). Idempotent. ``SetManagedByResponse``."""
+        req = admin_pb2.SetManagedByRequest(cluster_name=cluster_name, managers=list(managers))
+        return self._run(_admin("SetManagedBy", req, mutating=False))
+
     # ---- moving a queue between clusters (manager/moves.py) ----------------------------
     def fence_queue(self, queue: str, fenced: bool = True) -> Any:
         """Fence ``queue`` (no sends, no leases; acks still apply) or unfence it

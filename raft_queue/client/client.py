@@ -42,6 +42,7 @@ from raft_queue.client.models import (
     SendResult,
 )
 from raft_queue.client.partitioner import RoundRobin
+from raft_queue.client.redirect import Redirects, follows_redirects
 from raft_queue.client.redrive import RedriveProgress, redrive
 from raft_queue.client.retry import Backoff, Retrier
 from raft_queue.client.routing import AnyNode, Router
@@ -272,6 +273,7 @@ class Surface(AdminSurface):
         return self._run(calls.cluster_status(include_digests, include_counters))
 
 
+@follows_redirects  # a managed cluster's NotFound names its manager: client/redirect.py
 class Client(Surface):
     """A connection to a raft_queue cluster through any of its nodes.
 
@@ -285,6 +287,9 @@ class Client(Surface):
     ``tls=True``: connect over TLS, checking the nodes against ``ca_file``
     (PEM; default: the system roots); ``cert_file`` + ``key_file``: this
     client's certificate, for nodes that require one (docs/security.md).
+    ``follow_redirects``: a queue this cluster does not hold, when an external
+    manager manages it, is reached through that manager (client/redirect.py);
+    False raises the NotFound instead.
     """
 
     def __init__(
@@ -301,7 +306,11 @@ class Client(Surface):
         cert_file: str | None = None,
         key_file: str | None = None,
         ack_flush_ms: int = FLUSH_MS,
+        follow_redirects: bool = True,
     ) -> None:
+        tls_args = {"tls": tls, "ca_file": ca_file, "cert_file": cert_file, "key_file": key_file}
+        self._redirects = Redirects(follow_redirects, token, timeout_s=timeout_s, retries=retries,
+                                    **tls_args)  # fmt: skip
         factory = sync_factory(ClientTls.of(tls, ca_file, cert_file, key_file))
         self._router = Router(parse_bootstrap(bootstrap), channel_factory=factory)
         # token=, else $RAFTQ_TOKEN, else the profile file (client/credentials.py)

@@ -1,7 +1,8 @@
 """gRPC error -> QueueError: the reverse of ``server/api/status.py``, held once by the client.
 
 The server names the error class in the ``raftq-error`` trailer (plus
-``raftq-field`` and ``raftq-leader``), so the exact class, field and leader
+``raftq-field``, ``raftq-leader``, and ``raftq-manager``/``raftq-cluster``
+on a redirecting NotFound), so the exact class, field and leader
 hint survive the wire. Statuses without that trailer come from gRPC itself
 or from a proxy; they are mapped from the status code, and transport
 failures are split by whether the request may have reached a server:
@@ -22,6 +23,8 @@ ERROR_KEY = "raftq-error"
 FIELD_KEY = "raftq-field"
 LEADER_KEY = "raftq-leader"
 RETRY_AFTER_KEY = "retry-after-ms"
+MANAGER_KEY = "raftq-manager"  # NotFound: a redirect to the external manager
+CLUSTER_KEY = "raftq-cluster"
 
 # Substrings of gRPC's own UNAVAILABLE details meaning "no connection was made".
 _NOT_SENT_MARKERS = (
@@ -98,7 +101,11 @@ def _build(
     if issubclass(cls, errors.OverQuota):
         after = trailers.get(RETRY_AFTER_KEY, "")
         return cls(details, retry_after_ms=int(after) if after.isdigit() else 0)
-    return cls(details)
+    built = cls(details)
+    if isinstance(built, errors.NotFound) and trailers.get(MANAGER_KEY):
+        # A redirect (server/control/redirects.py): client/redirect.py follows it.
+        built.manager, built.cluster = trailers[MANAGER_KEY], trailers.get(CLUSTER_KEY, "")
+    return built
 
 
 def _transport_error(code: grpc.StatusCode, details: str, mutating: bool) -> errors.QueueError:

@@ -21,7 +21,8 @@ partition ``i`` is partition ``local`` of the queue of the same name on
 - Receive visits the queue's clusters in turn (a rotating start); with
   ``wait_ms`` it long-polls them in short slices until the deadline.
 - A NotFound from a cluster (the mapping moved on, or was forgotten) refreshes
-  the mapping once and retries; nodes never forward to another cluster.
+  the mapping once and retries; nodes never forward to another cluster (a
+  plain ``Client`` follows a node's redirect here: client/redirect.py).
 - A queue being moved to another cluster (manager/moves.py) is fenced on its
   source: a send there is refused (PartitionSealed, nothing stored) and a
   receive finds nothing. A send then refreshes the mapping and waits, in
@@ -147,7 +148,9 @@ class ManagedClient:
             if cached is not None and cached[0] == bootstrap:
                 return cached[1]
             token = self._cluster_tokens.get(cluster, self._token or "")
-            client = Client(list(bootstrap), token=token, **self._client_kwargs)
+            # never following redirects itself: NotFound refreshes the mapping instead
+            client = Client(list(bootstrap), token=token, follow_redirects=False,
+                            **self._client_kwargs)  # fmt: skip
             self._clients[cluster] = (bootstrap, client)
         if cached is not None:
             cached[1].close()

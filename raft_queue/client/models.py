@@ -219,6 +219,10 @@ class ClusterStatus:
     metadata_leader: str = ""
     metadata_version: int = 0
     unreachable: list[str] = field(default_factory=list)
+    # The external manager managing this cluster: its name there, the
+    # manager group's addresses ("" and [] when unmanaged).
+    cluster_name: str = ""
+    managers: list[str] = field(default_factory=list)
     counters: dict[str, list[QueueCounters]] = field(default_factory=dict)
 
 
@@ -434,6 +438,8 @@ def cluster_status_from_pb(pb: admin_pb2.ClusterStatusResponse) -> ClusterStatus
         metadata_leader=pb.metadata_leader,
         metadata_version=pb.metadata_version,
         unreachable=list(pb.unreachable),
+        cluster_name=pb.cluster_name,
+        managers=list(pb.managers),
         counters={
             n.node: [QueueCounters(**_plain(q, QueueCounters)) for q in n.queues]
             for n in pb.counters

@@ -24,6 +24,7 @@ from raft_queue import errors
 from raft_queue.config import IMMUTABLE_QUEUE_FIELDS, QueueSpec, check_name, check_queue_name
 from raft_queue.core import metadata_controllers as controllers
 from raft_queue.core import metadata_keys as keys
+from raft_queue.core import metadata_manager as managed
 from raft_queue.core import metadata_principals as principals
 from raft_queue.core import metadata_quotas as quotas
 from raft_queue.core import metadata_splits as splits
@@ -47,6 +48,7 @@ from raft_queue.core.metadata_commands import (
     RewrapDataKeys,
     RotatePrincipal,
     SetAssignment,
+    SetManagedBy,
     SetMovePhase,
     SetNodeState,
     SetPartitionState,
@@ -86,6 +88,7 @@ __all__ = [
     "StartControllerChange", "StartMove", "UpdateQueue", "decode_meta", "encode_meta",
     "CreatePrincipal", "DeletePrincipal", "RotatePrincipal", "GrantAccess", "RevokeAccess",
     "Principal", "SetQuota", "RemoveQuota", "RecordUsage", "SplitPartitions", "SetPartitionState",
+    "SetManagedBy",
     "FenceQueue",
 ]  # fmt: skip
 
@@ -106,6 +109,7 @@ class MetadataMachine(quotas.QuotasAndUsage):
         self._init_quotas()
         self._next_uid = 1
         self._keys: keys.Keys = {}  # queue -> its data keys, wrapped (metadata_keys)
+        self._managed_by: managed.ManagedBy | None = None  # the external manager's claim
         self.version = 0
 
     # -- queries --
@@ -146,6 +150,11 @@ class MetadataMachine(quotas.QuotasAndUsage):
 
     def controller_change(self) -> ControllerChange | None:
         return self._controller_change
+
+    def managed_by(self) -> managed.ManagedBy | None:
+        """The external manager managing this cluster, and this cluster's name
+        there; None when unmanaged (core/metadata_manager.py)."""
+        return self._managed_by
 
     def principal(self, name: str) -> Principal | None:
         return self._principals.get(name)
@@ -410,6 +419,13 @@ class MetadataMachine(quotas.QuotasAndUsage):
         self._changed()
         return self.controllers()
 
+    def _apply_SetManagedBy(self, cmd: SetManagedBy) -> managed.ManagedBy | None:
+        value = managed.check(cmd.cluster_name, tuple(cmd.managers))
+        if value != self._managed_by:
+            self._managed_by = value
+            self._changed()
+        return value
+
     def _apply_CreatePrincipal(self, cmd: CreatePrincipal) -> Principal:
         return self._set_principal(principals.create(self._principals, cmd))
 
@@ -511,6 +527,7 @@ class MetadataMachine(quotas.QuotasAndUsage):
             "data_keys": keys.to_plain(self._keys),
             "principals": [principals.to_plain(p) for p in self.principals()],
             **self._quotas_to_plain(),
+            **managed.to_plain(self._managed_by),
         })  # fmt: skip
 
     @classmethod
@@ -539,6 +556,7 @@ class MetadataMachine(quotas.QuotasAndUsage):
             for p in obj.get("principals", ()):
                 machine._principals[p["name"]] = principals.from_plain(p)
             machine._quotas_from_plain(obj)
+            machine._managed_by = managed.from_plain(obj)
         except (ValueError, KeyError, TypeError, errors.InvalidArgument) as exc:
             raise errors.Internal(f"bad metadata snapshot: {exc!r}") from exc
         return machine

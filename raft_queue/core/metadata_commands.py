@@ -287,13 +287,24 @@ class RecordUsage:
     rows: tuple[tuple[Any, ...], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class SetManagedBy:
+    """The external manager at ``managers`` (gRPC addresses) manages this
+    cluster under the name ``cluster_name`` (core/metadata_manager.py); both
+    empty: unmanaged. Setting what is already set changes nothing."""
+
+    cluster_name: str
+    managers: tuple[str, ...] = ()
+
+
 MetaCommand = (
     RegisterNode | SetNodeState | CreateQueue | UpdateQueue | DeleteQueue | SetAssignment
     | StartMove | SetMovePhase | FinishMove | DropMove
     | StartControllerChange | FinishControllerChange | DropControllerChange
     | AddDataKey | RewrapDataKeys | ShredKeys
     | CreatePrincipal | DeletePrincipal | RotatePrincipal | GrantAccess | RevokeAccess
-    | SetQuota | RemoveQuota | RecordUsage | SplitPartitions | SetPartitionState | FenceQueue
+    | SetQuota | RemoveQuota | RecordUsage | SplitPartitions | SetPartitionState
+    | SetManagedBy | FenceQueue
 )  # fmt: skip
 _COMMANDS: dict[str, type[Any]] = {
     cls.__name__: cls
@@ -302,7 +313,8 @@ _COMMANDS: dict[str, type[Any]] = {
                 FinishControllerChange, DropControllerChange, AddDataKey, RewrapDataKeys,
                 ShredKeys, CreatePrincipal, DeletePrincipal, RotatePrincipal, GrantAccess,
                 RevokeAccess, SetQuota, RemoveQuota, RecordUsage, SplitPartitions,
-                SetPartitionState, FenceQueue)
+                SetPartitionState, SetManagedBy,
+                FenceQueue)
 }  # fmt: skip
 
 
@@ -364,6 +376,8 @@ def _typed(name: str, value: Any) -> Any:
         return tuple(str(op) for op in value)
     if name == "rows":
         return tuple(tuple(row) for row in value)
+    if name == "managers":
+        return tuple(str(a) for a in value)
     return value
 
 

@@ -15,6 +15,14 @@ the same ClusterStatus; the cluster's /metrics are not read yet). A changed
 judgement is committed (ReportHealth); an unchanged one writes nothing, so an
 idle manager's log does not grow. Only the leader polls: a new leader starts
 from the recorded health.
+
+The same poll keeps each cluster's record of its manager current (the claim,
+``SetManagedBy``: the cluster's name here and this manager group's gRPC
+addresses), which its nodes use to redirect a request for a queue they do
+not hold (server/control/redirects.py). It is set whenever the cluster's
+ClusterStatus says otherwise, so it needs no step at ``clusters add`` and
+survives a cluster's restore and the manager group's re-addressing;
+``release`` clears it when the cluster is removed (best effort).
 """
 
 from __future__ import annotations
@@ -118,6 +126,8 @@ class HealthPoller:
             self.meter.sample(record.name, self._clock(), nodes, totals(status.counters))
         except Exception as exc:  # any failure to hear from it counts as silence
             status, error = None, f"{type(exc).__name__}: {exc}"
+        if status is not None:
+            await self._claim(record, client, status)
         verdict = judge(status, error, self._clock() - last_ok, self._settings.down_after_s)
         if verdict is None or verdict == (record.health, record.load, record.reason):
             return
@@ -126,6 +136,24 @@ class HealthPoller:
             log.info("cluster %s: %s -> %s %s", record.name, record.health, health, reason)
         cmd = state.ReportHealth(record.name, health, load, reason, self._wall_ms())
         await self._node.submit(cmd)
+
+    async def _claim(self, record: state.ClusterRecord, client: Client, status: Any) -> None:
+        """Tell the cluster it is ``record.name`` under this manager group when
+        its ClusterStatus says otherwise; a failure waits for the next poll."""
+        managers = manager_addresses(self._node.config)
+        if (status.cluster_name, tuple(status.managers)) == (record.name, managers):
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            if self._node.view.cluster(record.name) is None:
+                return  # removed meanwhile
+            await loop.run_in_executor(None, client.set_managed_by, record.name, managers)
+            log.info("cluster %s: managed by %s (was %r)", record.name, managers,
+                     status.cluster_name)  # fmt: skip
+            if self._node.view.cluster(record.name) is None:  # removed while we set it
+                await loop.run_in_executor(None, client.set_managed_by, "", ())
+        except Exception as exc:
+            log.warning("cluster %s: could not record its manager: %s", record.name, exc)
 
     def _client(self, record: state.ClusterRecord) -> Client:
         cached = self._clients.get(record.name)
@@ -142,6 +170,32 @@ class HealthPoller:
         for _, _, client in self._clients.values():
             client.close()
         self._clients.clear()
+
+
+def manager_addresses(config: Any) -> tuple[str, ...]:
+    """This manager group's gRPC addresses (``addresses``, in id order; this
+    manager's own when it runs alone): what a cluster's nodes name in a redirect."""
+    table = config.peer_table("addresses")
+    table.setdefault(config.manager_id, config.address)
+    return tuple(table[nid] for nid in sorted(table))
+
+
+async def release(record: state.ClusterRecord | None, seal: TokenSeal, timeout_s: float) -> None:
+    """Clear a removed cluster's record of its manager (best effort: a cluster
+    that does not answer keeps it, and its nodes keep redirecting to a manager
+    that no longer maps it; the SDK then ends in NotFound)."""
+    if record is None:
+        return
+
+    def clear() -> None:
+        token = seal.open(record.token, record.name)
+        with cluster_client(record.bootstrap, token, timeout_s) as client:  # follows NotLeader
+            client.set_managed_by("", ())
+
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, clear)
+    except Exception as exc:
+        log.warning("cluster %s removed; could not clear its manager record: %s", record.name, exc)
 
 
 # How this manager process dials its clusters (Client's TLS keyword arguments);
@@ -173,5 +227,6 @@ def cluster_client(bootstrap: tuple[str, ...], token: str, timeout_s: float, **k
         timeout_s=timeout_s,
         retries=kw.pop("retries", 2),
         token=token,
+        follow_redirects=False,  # the manager asks a cluster about itself, never onward
         **{**_CLUSTER_TLS, **kw},
     )

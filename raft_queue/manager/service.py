@@ -32,7 +32,7 @@ from raft_queue.client.models import config_from_pb, config_to_pb
 from raft_queue.config import check_queue_name
 from raft_queue.manager import move_state, state
 from raft_queue.manager.callers import Callers
-from raft_queue.manager.health import cluster_client
+from raft_queue.manager.health import cluster_client, release
 from raft_queue.manager.node import ManagerNode
 from raft_queue.manager.sealing import TokenSeal
 from raft_queue.security.identity import Authenticator, Identity
@@ -127,6 +127,7 @@ class ManagerService(manager_pb2_grpc.ManagerServiceServicer):
     async def RemoveCluster(self, request: Any, context: Any) -> Any:  # noqa: N802
         async def work() -> Any:
             record = await self._node.submit(state.RemoveCluster(request.name))
+            await release(record, self._seal, 5.0)  # its nodes stop naming this manager
             return cluster_pb(record, self._node.view)
 
         return await self._serve(context, work)

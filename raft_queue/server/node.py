@@ -248,6 +248,7 @@ class Node:
         queue = self.view.queue(name)
         if queue is None:  # may be behind: vouched for before it is answered
             miss = errors.NotFound(f"queue {name!r} does not exist")
+            miss.queue = name  # a managed cluster redirects it (control/redirects.py)
             raise view_miss(miss, lambda: self.view.queue(name) is not None)
         return queue
 

@@ -78,6 +78,54 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         c2.stop()
 
 
+def _raw_not_found(cluster: LocalCluster, queue: str) -> tuple[str, dict[str, str]]:
+    """GetQueue of ``queue`` on the cluster's first node over a bare gRPC
+    channel (no SDK): the NOT_FOUND's details and trailers."""
+    import grpc
+
+    from raft_queue._proto.raft_queue.v1 import queue_pb2, queue_pb2_grpc
+
+    with grpc.insecure_channel(cluster.bootstrap.split(",")[0]) as channel:
+        stub = queue_pb2_grpc.QueueServiceStub(channel)
+        try:
+            stub.GetQueue(
+                queue_pb2.GetQueueRequest(name=queue),
+                metadata=(("authorization", f"Bearer {cluster.token}"),),
+                timeout=10,
+            )
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.NOT_FOUND, exc
+            return exc.details(), dict(exc.trailing_metadata() or ())
+    raise AssertionError(f"{queue} found")
+
+
+def _claim(cluster: LocalCluster) -> tuple[str, list[str]]:
+    with cluster.client() as client:
+        status = client.cluster_status()
+    return status.cluster_name, status.managers
+
+
+def test_an_unmanaged_cluster_answers_plain_not_found_and_removal_clears_the_claim(
+    fleet: Fleet,
+) -> None:
+    """c2 before it is registered: unmanaged. Registered under another name,
+    the manager's poller claims it; removed, the claim is cleared."""
+    details, trailers = _raw_not_found(fleet.c2, "nowhere")
+    assert "raftq-manager" not in trailers and "raftq-cluster" not in trailers
+    assert details == "queue 'nowhere' does not exist"
+    assert _claim(fleet.c2) == ("", [])
+    with fleet.managers.admin() as admin:
+        admin.add_cluster("scratch", fleet.c2.bootstrap.split(","), fleet.c2.token)
+        claimed = ("scratch", fleet.managers.addresses)
+        took = _wait("c2 claimed", lambda: _claim(fleet.c2) == claimed, 20)
+        print(f"c2 claimed by the manager {took:.1f} s after clusters add")
+        assert _raw_not_found(fleet.c2, "nowhere")[1]["raftq-cluster"] == "scratch"
+        admin.remove_cluster("scratch")
+    # Cleared by RemoveCluster (a status may come from a node a moment behind).
+    _wait("claim cleared", lambda: _claim(fleet.c2) == ("", []), 10)
+    assert "raftq-manager" not in _raw_not_found(fleet.c2, "nowhere")[1]
+
+
 def test_cli_registers_lists_and_drains_clusters(fleet: Fleet) -> None:
     runner = CliRunner()
 
@@ -165,10 +213,11 @@ def test_new_queues_go_to_a_named_or_the_least_loaded_cluster(fleet: Fleet) -> N
         assert admin.get_mapping(before + 2).unchanged
         with pytest.raises(errors.NotFound):
             admin.create_queue("nowhere", clusters=["c9"])
-    # The per-cluster queue is real on c2 and absent on c1: a node of c1 answers NOT_FOUND.
+    # The per-cluster queue is real on c2 and absent on c1: a node of c1 answers
+    # NOT_FOUND (naming the manager; a Client that does not follow it raises it).
     with fleet.c2.client() as c2:
         assert c2.get_queue("on-c2").partitions == 2
-    with fleet.c1.client() as c1, pytest.raises(errors.NotFound):
+    with fleet.c1.client(follow_redirects=False) as c1, pytest.raises(errors.NotFound):
         c1.send("on-c2", b"x")
 
 
@@ -252,6 +301,98 @@ def test_the_manager_measures_each_clusters_heat_from_its_traffic(fleet: Fleet) 
             if heat["c1"] >= 50 and 0 <= heat["c2"] < heat["c1"] / 4:
                 break
         assert heat["c1"] >= 50 and 0 <= heat["c2"] < heat["c1"] / 4, heat
+
+
+def test_a_plain_client_at_c1_follows_the_redirect_to_a_queue_on_c2(fleet: Fleet) -> None:
+    with fleet.managers.admin() as admin:
+        admin.create_queue("far", partitions=2, clusters=["c2"])
+    _wait("c1 claimed", lambda: _claim(fleet.c1) == ("c1", fleet.managers.addresses), 20)
+    # The node's answer itself, on the wire: NOT_FOUND with the hint.
+    details, trailers = _raw_not_found(fleet.c1, "far")
+    assert trailers["raftq-manager"] == fleet.managers.bootstrap
+    assert trailers["raftq-cluster"] == "c1"
+    assert "not in cluster 'c1'" in details and fleet.managers.addresses[0] in details
+    with fleet.c1.client() as client:
+        started = time.monotonic()
+        sent = [client.send("far", b"one", key="k1")]
+        first_ms = (time.monotonic() - started) * 1000
+        sent += client.send_batch("far", (OutgoingMessage(b"m%d" % i, key=f"k{i}")
+                                          for i in range(2, 6)))  # fmt: skip
+        assert {r.partition for r in sent} == {0, 1}  # global partitions, both on c2
+        assert client.get_queue("far").messages == 5
+        assert [p.partition for p in client.partitions("far")] == [0, 1]
+        read = [m.body for p in (0, 1) for m in client.read("far", p, 0, 10).messages]
+        assert sorted(read) == [b"m2", b"m3", b"m4", b"m5", b"one"]
+        got = client.receive("far", 10, wait_ms=2000)
+        while len(got) < 5:
+            more = client.receive("far", 10, wait_ms=2000)
+            assert more, f"only {len(got)} of 5 received"
+            got += more
+        assert all(m.receipt.startswith("c2@") for m in got)  # ManagedClient receipts
+        assert all(r.ok for r in client.ack("far", got))
+        assert client._redirects.route("far") is not None  # remembered for the queue
+        with fleet.c2.client() as c2:
+            assert c2.get_queue("far").messages == 0  # stored, received and acked on c2
+            later_ms = _mean_send_ms(client, "far")
+            c2.partitions("far")  # its leader cache warm, as the ManagedClient's is
+            direct_ms = _mean_send_ms(c2, "far")
+            c2.purge_queue("far")
+    print(f"send via c1: first (redirected) {first_ms:.1f} ms, then {later_ms:.2f} ms "
+          f"per send; straight to c2 {direct_ms:.2f} ms")  # fmt: skip
+    # Not following: NotFound naming the manager.
+    with fleet.c1.client(follow_redirects=False) as plain:
+        with pytest.raises(errors.NotFound) as refused:
+            plain.send("far", b"x")
+        assert refused.value.manager == fleet.managers.bootstrap
+        assert fleet.managers.addresses[0] in refused.value.message
+    # A queue that exists nowhere: redirected once, the manager says no, NotFound (no loop).
+    with fleet.c1.client() as client:
+        started = time.monotonic()
+        with pytest.raises(errors.NotFound) as nowhere:
+            client.send("nowhere-at-all", b"x")
+        assert "not mapped by the manager" in nowhere.value.message
+        assert client._redirects.route("nowhere-at-all") is None
+        assert time.monotonic() - started < 10
+    # Mapped to c2 by the manager but gone from c2: c2's node redirects too, and
+    # the ManagedClient's own c2 client must not follow it back (no loop).
+    with fleet.managers.admin() as admin:
+        admin.create_queue("ghost", clusters=["c2"])
+    with fleet.c2.client() as c2:
+        c2.delete_queue("ghost")
+    with fleet.c1.client() as client:
+        started = time.monotonic()
+        with pytest.raises(errors.NotFound):
+            client.send("ghost", b"x")
+        assert time.monotonic() - started < 10
+        assert client._redirects.route("ghost") is None
+
+
+def _mean_send_ms(client: Any, queue: str, count: int = 50) -> float:
+    started = time.monotonic()
+    for i in range(count):
+        client.send(queue, b"t%d" % i, key=f"t{i}")
+    return (time.monotonic() - started) * 1000 / count
+
+
+def test_the_cli_at_c1_sends_receives_and_acks_a_queue_on_c2(fleet: Fleet) -> None:
+    runner = CliRunner()
+
+    def raftq(*args: str) -> Any:
+        argv = ["--server", fleet.c1.bootstrap, "--token", fleet.c1.token, *args]
+        result = runner.invoke(main, argv)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output) if "--json" in args else result.output
+
+    raftq("send", "far", "via-cli", "--key", "c")
+    got = raftq("receive", "far", "--wait", "2", "--no-ack", "--json")
+    assert [m["body"] for m in got] == ["via-cli"]
+    raftq("ack", "far", got[0]["receipt"])  # another process: redirected again, acked on c2
+    assert f"managed as 'c1' by the manager at {fleet.managers.addresses[0]}" in raftq(
+        "cluster", "status"
+    )
+    assert raftq("cluster", "status", "--json")["managers"] == fleet.managers.addresses
+    with fleet.c2.client() as c2:
+        assert c2.get_queue("far").messages == 0
 
 
 def test_the_spark_broker_reads_and_writes_a_spanning_queue_through_the_managed_client(

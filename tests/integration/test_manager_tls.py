@@ -103,3 +103,20 @@ def test_server_on_the_command_line_goes_to_that_cluster_despite_raftq_manager(
     assert "metadata version" in direct.output
     routed = CliRunner().invoke(main, ["cluster", "status"], env=env)
     assert routed.exit_code != 0 and "not routed" in routed.output
+
+
+def test_a_redirect_reaches_the_tls_manager_with_the_clients_tls_arguments(
+    fleet: TlsFleet,
+) -> None:
+    """The ManagedClient a redirect builds dials the TLS manager with the
+    Client's own TLS arguments: the manager's answer (the queue is mapped
+    nowhere) comes back, not a failed TLS handshake (Unavailable)."""
+    deadline = time.monotonic() + 30
+    with fleet.cluster.client() as client:
+        while time.monotonic() < deadline and not client.cluster_status().cluster_name:
+            time.sleep(0.2)  # the manager's poller claims the cluster
+        assert client.cluster_status().cluster_name == "c1"
+        with pytest.raises(errors.NotFound) as nowhere:
+            client.send("tls-nowhere", b"x")
+    assert "not in cluster 'c1'" in nowhere.value.message
+    assert "not mapped by the manager" in nowhere.value.message

@@ -18,6 +18,7 @@ from raft_queue.server.cluster import Cluster
 from raft_queue.server.control.controllers import controllers_pb
 from raft_queue.server.control.liveness import Liveness
 from raft_queue.server.control.operations import Operations
+from raft_queue.server.control.redirects import set_managed_by
 from raft_queue.server.dataplane.exporting import Exporter
 
 log = logging.getLogger(__name__)
@@ -65,10 +66,15 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             unreachable=unreachable,
             controllers=voters.controllers,
             controller_change=voters.change,
+            **_claim_pb(self.node.view),
             counters=[
                 admin_pb2.NodeCounters(node=n, queues=qs) for n, qs in (counters or {}).items()
             ],
         )
+
+    @handled
+    async def SetManagedBy(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return await set_managed_by(self.node, request)
 
     # ---- operations (metadata leader) -------------------------------------------------
     # ---- encryption at rest (metadata leader; server/dataplane/encryption.py) -----------------
@@ -163,3 +169,9 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     @handled
     async def GetUsage(self, request: Any, context: Any) -> Any:  # noqa: N802
         return get_usage(self.c.node, request)
+
+
+def _claim_pb(view: Any) -> dict[str, Any]:
+    """ClusterStatus fields of the external manager's claim (none: unmanaged)."""
+    claim = view.managed_by()
+    return {"cluster_name": claim.cluster, "managers": list(claim.managers)} if claim else {}

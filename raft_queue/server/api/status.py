@@ -13,7 +13,10 @@ map):
 - ``raftq-error``: the QueueError class name (``Internal`` for anything else);
 - ``raftq-field``: the offending field, for ``InvalidArgument`` and subclasses;
 - ``raftq-leader``: the leader's gRPC address, for ``NotLeader`` when known;
-- ``raftq-error-id``: for INTERNAL, the id under which the node logged it.
+- ``raftq-error-id``: for INTERNAL, the id under which the node logged it;
+- ``raftq-manager`` and ``raftq-cluster``: for a NotFound of a queue this
+  cluster does not hold when an external manager manages it, the manager's
+  addresses and this cluster's name there (server/control/redirects.py).
 
 INTERNAL answers never carry exception text or a traceback (they can hold
 paths, keys, library internals): the details are a fixed sentence with an
@@ -38,6 +41,8 @@ FIELD_KEY = "raftq-field"
 LEADER_KEY = "raftq-leader"
 RETRY_AFTER_KEY = "retry-after-ms"  # OverQuota: when the same request would pass
 ERROR_ID_KEY = "raftq-error-id"
+MANAGER_KEY = "raftq-manager"  # NotFound: the queue may be under this external manager
+CLUSTER_KEY = "raftq-cluster"  # ... which knows this cluster by this name
 
 Trailers = tuple[tuple[str, str], ...]
 
@@ -108,6 +113,8 @@ def to_status(exc: BaseException, error_id: str = "") -> tuple[grpc.StatusCode, 
         trailers.append((LEADER_KEY, _ascii(exc.leader)))
     if isinstance(exc, errors.OverQuota):
         trailers.append((RETRY_AFTER_KEY, str(max(1, exc.retry_after_ms))))
+    if isinstance(exc, errors.NotFound) and exc.manager:
+        trailers.extend(((MANAGER_KEY, _ascii(exc.manager)), (CLUSTER_KEY, _ascii(exc.cluster))))
     return code, exc.message, tuple(trailers)
 
 

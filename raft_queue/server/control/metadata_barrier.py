@@ -21,7 +21,9 @@ retry: never a final answer that may be false. Used by
 - "does not exist" (``vouch_miss``): a NotFound read from the view
   (``errors.NotFound.found_now`` set, e.g. ``Node.queue_spec``) becomes
   NOT_FOUND only once vouched for; if the thing turns up while catching up,
-  the answer is UNAVAILABLE too (retry: it is there now);
+  the answer is UNAVAILABLE too (retry: it is there now); a queue still
+  missing from a managed cluster's view is answered with a redirect to its
+  manager (redirects.py), never before the view is vouched for;
 - the token door (``AuthInterceptor._admit``): before it refuses a
   credential it does not know, or an operation the caller holds no grant
   for, it vouches and looks once more;
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2
+from raft_queue.server.control.redirects import redirected
 
 if TYPE_CHECKING:
     from raft_queue.server.node import Node
@@ -74,7 +77,7 @@ class MetadataBarrier:
             return why
         if exc.found_now():
             return errors.Unavailable(f"{exc.message} in {BEHIND}; it has caught up: retry")
-        return exc
+        return redirected(exc, self.node.view)  # a managed cluster names its manager
 
     async def vouch(self) -> None:
         """Return once this node's view holds every metadata change committed

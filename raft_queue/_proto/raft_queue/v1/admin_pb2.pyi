@@ -87,7 +87,7 @@ class ClusterStatusRequest(_message.Message):
     def __init__(self, include_digests: _Optional[bool] = ..., include_counters: _Optional[bool] = ...) -> None: ...
 
 class ClusterStatusResponse(_message.Message):
-    __slots__ = ("nodes", "metadata_leader", "metadata_version", "replicas", "unreachable", "controllers", "controller_change", "counters")
+    __slots__ = ("nodes", "metadata_leader", "metadata_version", "replicas", "unreachable", "controllers", "controller_change", "cluster_name", "managers", "counters")
     NODES_FIELD_NUMBER: _ClassVar[int]
     METADATA_LEADER_FIELD_NUMBER: _ClassVar[int]
     METADATA_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +95,8 @@ class ClusterStatusResponse(_message.Message):
     UNREACHABLE_FIELD_NUMBER: _ClassVar[int]
     CONTROLLERS_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_CHANGE_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    MANAGERS_FIELD_NUMBER: _ClassVar[int]
     COUNTERS_FIELD_NUMBER: _ClassVar[int]
     nodes: _containers.RepeatedCompositeFieldContainer[NodeInfo]
     metadata_leader: str
@@ -103,8 +105,28 @@ class ClusterStatusResponse(_message.Message):
     unreachable: _containers.RepeatedScalarFieldContainer[str]
     controllers: _containers.RepeatedCompositeFieldContainer[ControllerInfo]
     controller_change: str
+    cluster_name: str
+    managers: _containers.RepeatedScalarFieldContainer[str]
     counters: _containers.RepeatedCompositeFieldContainer[NodeCounters]
-    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ..., metadata_leader: _Optional[str] = ..., metadata_version: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., unreachable: _Optional[_Iterable[str]] = ..., controllers: _Optional[_Iterable[_Union[ControllerInfo, _Mapping]]] = ..., controller_change: _Optional[str] = ..., counters: _Optional[_Iterable[_Union[NodeCounters, _Mapping]]] = ...) -> None: ...
+    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ..., metadata_leader: _Optional[str] = ..., metadata_version: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., unreachable: _Optional[_Iterable[str]] = ..., controllers: _Optional[_Iterable[_Union[ControllerInfo, _Mapping]]] = ..., controller_change: _Optional[str] = ..., cluster_name: _Optional[str] = ..., managers: _Optional[_Iterable[str]] = ..., counters: _Optional[_Iterable[_Union[NodeCounters, _Mapping]]] = ...) -> None: ...
+
+class SetManagedByRequest(_message.Message):
+    __slots__ = ("cluster_name", "managers")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    MANAGERS_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    managers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, cluster_name: _Optional[str] = ..., managers: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SetManagedByResponse(_message.Message):
+    __slots__ = ("cluster_name", "managers", "metadata_version")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    MANAGERS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    managers: _containers.RepeatedScalarFieldContainer[str]
+    metadata_version: int
+    def __init__(self, cluster_name: _Optional[str] = ..., managers: _Optional[_Iterable[str]] = ..., metadata_version: _Optional[int] = ...) -> None: ...
 
 class NodeCounters(_message.Message):
     __slots__ = ("node", "queues")

@@ -69,6 +69,11 @@ class AdminServiceStub:
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PlanRequest.SerializeToString,
                 response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PlanResponse.FromString,
                 _registered_method=True)
+        self.SetManagedBy = channel.unary_unary(
+                '/raft_queue.v1.AdminService/SetManagedBy',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.SetManagedByRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.SetManagedByResponse.FromString,
+                _registered_method=True)
         self.ChangeController = channel.unary_unary(
                 '/raft_queue.v1.AdminService/ChangeController',
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.ChangeControllerRequest.SerializeToString,
@@ -193,6 +198,13 @@ class AdminServiceServicer:
 
     def Plan(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetManagedBy(self, request, context):
+        """The external manager says it manages this cluster (admin, metadata leader).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -340,6 +352,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.Plan,
                     request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PlanRequest.FromString,
                     response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PlanResponse.SerializeToString,
+            ),
+            'SetManagedBy': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetManagedBy,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.SetManagedByRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.SetManagedByResponse.SerializeToString,
             ),
             'ChangeController': grpc.unary_unary_rpc_method_handler(
                     servicer.ChangeController,
@@ -611,6 +628,33 @@ class AdminService:
             '/raft_queue.v1.AdminService/Plan',
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PlanRequest.SerializeToString,
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.PlanResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetManagedBy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.AdminService/SetManagedBy',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.SetManagedByRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.SetManagedByResponse.FromString,
             options,
             channel_credentials,
             insecure,
