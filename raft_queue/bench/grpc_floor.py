@@ -169,7 +169,7 @@ def _pct(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def run(rounds: int, n: int, directory: str, port: int) -> dict[str, dict[str, float]]:
+def run(rounds: int, n: int, directory: str, port: int) -> dict[str, dict[str, Any]]:
     server = start_server(port)
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     try:
@@ -180,12 +180,13 @@ def run(rounds: int, n: int, directory: str, port: int) -> dict[str, dict[str, f
             "fdatasync": [],
         }
         for _ in range(rounds):
-            for mode, fn in (
-                ("unary", lambda: bench_unary(channel, n)),
-                ("stream", lambda: bench_stream(channel, n)),
-                ("fdatasync", lambda: bench_fdatasync(directory, n)),
-            ):
-                samples = fn()
+            for mode in ("unary", "stream", "fdatasync"):
+                if mode == "unary":
+                    samples = bench_unary(channel, n)
+                elif mode == "stream":
+                    samples = bench_stream(channel, n)
+                else:
+                    samples = bench_fdatasync(directory, n)
                 per_mode[mode].append((_pct(samples, 0.5), _pct(samples, 0.99)))
     finally:
         channel.close()
