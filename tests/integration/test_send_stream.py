@@ -159,6 +159,22 @@ def test_the_sdk_sends_on_one_stream_to_the_leader(cluster, admin):
     assert [m.body for m in got] == [f"m{i}".encode() for i in range(5)]
 
 
+def test_a_stream_to_a_follower_is_forwarded_to_the_leader_and_stored_once(cluster, admin):
+    admin.create_queue("ss.fwd", partitions=1, replication_factor=3)
+    token = admin.create_principal("fwd-streamer").token
+    admin.add_grant("fwd-streamer", "ss.fwd", ["send", "read"])
+    leader = leader_of(admin, "ss.fwd")
+    follower = next(s.address for s in cluster.specs if s.address != leader)
+    stream = RawStream(follower, token)
+    try:
+        first = wait_until(lambda: (a := stream.ask("ss.fwd", b"one")).HasField("response") and a)
+        second = stream.ask("ss.fwd", b"two")
+    finally:
+        stream.close()
+    assert [first.response.results[0].offset, second.response.results[0].offset] == [0, 1]
+    assert stored(admin, "ss.fwd") == 2
+
+
 def test_a_stream_whose_node_dies_loses_and_repeats_no_acked_send(cluster, admin):
     """Runs last in the module: kills the queue's leader (and restarts it)."""
     leader = leader_of(admin, "ss.kill")

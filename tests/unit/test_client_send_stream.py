@@ -7,6 +7,7 @@ a node without SendStream gets unary Sends."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -127,3 +128,28 @@ def test_a_closed_client_closes_its_streams(cluster):
     client.close()
     with pytest.raises(errors.FailedPrecondition):
         client.send("q", b"y")
+
+
+def test_a_send_stuck_on_the_stream_times_out_and_the_stream_is_replaced(cluster):
+    cluster.add_queue("q")
+    release = threading.Event()
+    real = cluster.rpc_Send
+
+    def stuck(node, req):
+        release.wait(3)
+        return real(node, req)
+
+    with Client(cluster.addresses[0], timeout_s=1.0, retries=0) as client:
+        client.send("q", b"open")
+        cluster.rpc_Send = stuck
+        started = time.monotonic()
+        try:
+            with pytest.raises(errors.OutcomeUnknown):
+                client.send("q", b"stuck")
+            elapsed = time.monotonic() - started
+        finally:
+            release.set()
+            del cluster.rpc_Send
+        assert elapsed < 2.0  # the call's 1 s budget, not the server's 3 s
+        assert client.send("q", b"after").offset >= 1
+    assert cluster.streams_opened == [0, 0]  # the timed-out stream was dropped
