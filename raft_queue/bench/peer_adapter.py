@@ -79,12 +79,17 @@ class RaftQueueAdapter:
         self.ack_mode = str(opts.get("ack", "background"))
         if self.ack_mode not in ("background", "sync"):
             raise ValueError(f"ack must be background or sync, got {self.ack_mode!r}")
+        # stream=0: unary Sends only (Client(send_stream=False)), to compare
+        # against SendStream on one cluster in the same minutes.
+        self.send_stream = str(opts.get("stream", "1")) not in ("0", "false", "no")
         self.client: Client | None = None
         self._pool: ThreadPoolExecutor | None = None
 
     def connect(self) -> None:
         # token option, else $RAFTQ_TOKEN, else the admin token of cluster_dir (dev up's)
-        self.client = Client(self.target, timeout_s=60, token=self._token())
+        self.client = Client(
+            self.target, timeout_s=60, token=self._token(), send_stream=self.send_stream
+        )
         self._pool = ThreadPoolExecutor(self.threads)
         self._receiver = ThreadPoolExecutor(1) if self.prefetch else None
 

@@ -124,7 +124,14 @@ def from_rpc_error(exc: grpc.RpcError, *, mutating: bool = True) -> errors.Queue
     or timed-out call is ``OutcomeUnknown`` or plain ``Unavailable``.
     """
     code, details = _code_and_details(exc)
-    trailers = _trailers(exc)
+    return from_status(code, details, _trailers(exc), mutating=mutating)
+
+
+def from_status(
+    code: grpc.StatusCode, details: str, trailers: dict[str, str], *, mutating: bool = True
+) -> errors.QueueError:
+    """``from_rpc_error`` for a status that came as data (a SendStream
+    answer's ``error``: code, details and the same trailers)."""
     named = ERROR_CLASSES.get(trailers.get(ERROR_KEY, ""))
     if named is not None:
         return _build(named, details, trailers)

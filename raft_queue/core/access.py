@@ -44,6 +44,7 @@ RPC_OPERATIONS: dict[str, tuple[str, str]] = {
     _Q + "GetPartitions": (DESCRIBE, "queue"),
     _Q + "ListQueues": (DESCRIBE, ""),
     _Q + "Send": (SEND, "queue"),
+    _Q + "SendStream": (SEND, "queue"),  # checked per request (server/api/send_stream.py)
     **{_Q + m: (RECEIVE, "queue") for m in ("Receive", "Ack", "Nack", "ChangeVisibility",
                                             "Subscribe")},
     **{_Q + m: (READ, "queue") for m in ("Read", "CommitOffsets", "GetOffsets", "GetHistory")},

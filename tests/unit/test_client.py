@@ -27,7 +27,7 @@ from raft_queue._proto.raft_queue.v1 import admin_pb2, admin_pb2_grpc, queue_pb2
 from raft_queue.client import Backoff, OutgoingMessage
 from raft_queue.client.partitioner import partition_for_key
 from raft_queue.client.retry import Retrier
-from raft_queue.server.api.status import abort_with_sync
+from raft_queue.server.api.status import abort_with_sync, to_status
 
 QUEUE_RPCS = [m.name for m in queue_pb2.DESCRIPTOR.services_by_name["QueueService"].methods]
 ADMIN_RPCS = [m.name for m in admin_pb2.DESCRIPTOR.services_by_name["AdminService"].methods]
@@ -104,6 +104,10 @@ class FakeCluster:
             self.forward = True  # False: non-leaders answer NotLeader
             self.full_receipt_results = False  # True: ignore failures_only (older servers)
             self.full_send_results = False  # True: ignore results_as_runs (older servers)
+            self.serve_streams = True  # False: SendStream is UNIMPLEMENTED (older servers)
+            self.break_streams = 0  # SendStream requests to store, then break the stream on
+            self.streams_opened: list[int] = []  # node of each SendStream opened
+            self.streamed: list[tuple[int, bytes]] = []  # (node, request id) sent on a stream
         return self
 
     def stop(self) -> None:
@@ -130,19 +134,47 @@ class FakeCluster:
     # ---- dispatch --------------------------------------------------------------
 
     def dispatch(self, node: int, rpc: str, request, context):
+        try:
+            return self._apply(node, rpc, request)
+        except errors.QueueError as exc:
+            err = exc
+        abort_with_sync(context, err)
+
+    def _apply(self, node: int, rpc: str, request):
         with self.lock:
             self.calls.append((node, rpc, request))
             failure = self._take_failure(rpc, node)
+            if failure and not failure.after:
+                raise failure.error
+            response = getattr(self, f"rpc_{rpc}")(node, request)
+            if failure:
+                raise failure.error
+            return response
+
+    def send_stream(self, node: int, requests, context):
+        """SendStream as a node serves it: each request is a Send (recorded,
+        failed on cue as "Send"), its error answered as data. Off
+        (``serve_streams``): UNIMPLEMENTED, as an older node. ``break_streams``:
+        that many requests are stored, then their stream breaks unanswered."""
+        if not self.serve_streams:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+        with self.lock:
+            self.streams_opened.append(node)
+        for request in requests:
             try:
-                if failure and not failure.after:
-                    raise failure.error
-                response = getattr(self, f"rpc_{rpc}")(node, request)
-                if failure:
-                    raise failure.error
-                return response
+                answer = queue_pb2.SendStreamResponse(response=self._apply(node, "Send", request))
             except errors.QueueError as exc:
-                err = exc
-        abort_with_sync(context, err)
+                code, details, trailers = to_status(exc)
+                error = queue_pb2.SendStreamError(
+                    code=code.value[0], details=details, trailers=dict(trailers)
+                )
+                answer = queue_pb2.SendStreamResponse(error=error)
+            with self.lock:
+                self.streamed.append((node, request.request_id))
+                broken, self.break_streams = self.break_streams > 0, max(0, self.break_streams - 1)
+            if broken:
+                context.abort(grpc.StatusCode.UNAVAILABLE, "connection reset by peer")
+            yield answer
 
     def _take_failure(self, rpc: str, node: int) -> Failure | None:
         for failure in self.failures:
@@ -365,6 +397,8 @@ def _servicer(base, rpcs):
 
     def method(name):
         def call(self, request, context):
+            if name == "SendStream":
+                return self.cluster.send_stream(self.node, request, context)
             return self.cluster.dispatch(self.node, name, request, context)
 
         return call

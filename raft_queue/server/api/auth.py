@@ -51,6 +51,7 @@ GUARDED = ("/raft_queue.v1.QueueService/", "/raft_queue.v1.AdminService/")
 AUTHORIZATION = "authorization"
 _LIST_QUEUES = "/raft_queue.v1.QueueService/ListQueues"
 _SEND = "/raft_queue.v1.QueueService/Send"
+SEND_STREAM = "/raft_queue.v1.QueueService/SendStream"
 
 #: The current call's ``authorization`` value (None outside an API call).
 CALLER_AUTHORIZATION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -207,8 +208,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 response_serializer=dump,
             )
         if handler.stream_stream is not None:
+            behave = self._send_stream if method == SEND_STREAM else self._stream
             return grpc.stream_stream_rpc_method_handler(
-                self._stream(method, handler.stream_stream),
+                behave(method, handler.stream_stream),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
@@ -279,6 +281,22 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                     yield request
 
             async for response in inner(checked(), context):
+                yield response
+
+        return behavior
+
+    def _send_stream(self, method: str, inner: Any) -> Any:
+        """SendStream: authenticated at once; each request is judged by the
+        stream's gate (server/api/send_stream.py), answered in the stream."""
+        from raft_queue.server.api.send_stream import SEND_GATE, StreamGate
+
+        async def behavior(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+            await self._admit(method, access.SEND, None, context)
+            authorization = _authorization(context)
+            credential = (authorization, self._certificate(authorization, context))
+            metered = self.meter is not None and VERIFIED_NODE.get() is None
+            SEND_GATE.set(StreamGate(self, credential, context, metered))
+            async for response in inner(requests, context):
                 yield response
 
         return behavior

@@ -23,6 +23,7 @@ from raft_queue.observability import metrics
 from raft_queue.observability.stagetrace import mark as _stage
 from raft_queue.server.api import convert, receipt_results
 from raft_queue.server.api.auth import CALLER_PRINCIPAL
+from raft_queue.server.api.send_stream import SendStreamServer
 from raft_queue.server.api.status import abort_with
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.control.queues import Queues
@@ -66,6 +67,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
         self.exporter = Exporter(cluster)
         self.subscriber = Subscriber(cluster, self.receiver)
         self.polls = PrincipalPolls(self.node.config.limits.max_long_polls_per_principal)
+        self.send_stream = SendStreamServer(self.autocreate, self.sender, cluster.barrier)
 
     # ---- queues (metadata) -------------------------------------------------------------
     @handled
@@ -113,6 +115,17 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
         out = sending.response(results, request.results_as_runs)
         _stage("s.reply")
         return out
+
+    async def SendStream(  # noqa: N802
+        self, request_iterator: Any, context: Any
+    ) -> AsyncIterator[Any]:
+        """Send on one stream (server/api/send_stream.py): each request's
+        error is in its answer; only a stream-level failure ends the call."""
+        try:
+            async for answer in self.send_stream.serve(request_iterator):
+                yield answer
+        except Exception as exc:
+            await abort_with(context, exc)
 
     @handled
     async def Receive(self, request: Any, context: Any) -> Any:  # noqa: N802

@@ -123,7 +123,7 @@ def _internal(name: str, error_id: str) -> tuple[grpc.StatusCode, str, Trailers]
     return grpc.StatusCode.INTERNAL, internal_details(error_id), trailers
 
 
-def _status_logged(exc: BaseException) -> tuple[grpc.StatusCode, str, Trailers]:
+def status_logged(exc: BaseException) -> tuple[grpc.StatusCode, str, Trailers]:
     """``to_status``; an INTERNAL one is a bug: logged with its traceback
     under a fresh error id, which the answer carries instead of the text."""
     code, details, trailers = to_status(exc)
@@ -136,14 +136,14 @@ def _status_logged(exc: BaseException) -> tuple[grpc.StatusCode, str, Trailers]:
 
 async def abort_with(context: grpc.aio.ServicerContext, exc: BaseException) -> NoReturn:
     """End the current grpc.aio call with the status for ``exc``. Never returns."""
-    code, details, trailers = _status_logged(exc)
+    code, details, trailers = status_logged(exc)
     await context.abort(code, details, trailers)
     raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 
 
 def abort_with_sync(context: grpc.ServicerContext, exc: BaseException) -> NoReturn:
     """The same for a thread-pool (``grpc.server``) servicer, as used by test fakes."""
-    code, details, trailers = _status_logged(exc)
+    code, details, trailers = status_logged(exc)
     context.set_trailing_metadata(trailers)
     context.abort(code, details)
     raise AssertionError("unreachable: context.abort raises")  # pragma: no cover

@@ -488,6 +488,31 @@ class SubscribeRequest(_message.Message):
     credit: int
     def __init__(self, queue: _Optional[str] = ..., visibility_ms: _Optional[int] = ..., consumer: _Optional[str] = ..., credit: _Optional[int] = ...) -> None: ...
 
+class SendStreamError(_message.Message):
+    __slots__ = ("code", "details", "trailers")
+    class TrailersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
+    TRAILERS_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    details: str
+    trailers: _containers.ScalarMap[str, str]
+    def __init__(self, code: _Optional[int] = ..., details: _Optional[str] = ..., trailers: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class SendStreamResponse(_message.Message):
+    __slots__ = ("response", "error")
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    response: SendResponse
+    error: SendStreamError
+    def __init__(self, response: _Optional[_Union[SendResponse, _Mapping]] = ..., error: _Optional[_Union[SendStreamError, _Mapping]] = ...) -> None: ...
+
 class ExportPartitionRequest(_message.Message):
     __slots__ = ("queue", "partition", "offset", "max_messages")
     QUEUE_FIELD_NUMBER: _ClassVar[int]

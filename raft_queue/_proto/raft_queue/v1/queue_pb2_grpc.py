@@ -124,6 +124,11 @@ class QueueServiceStub:
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ExportPartitionRequest.SerializeToString,
                 response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ExportPartitionResponse.FromString,
                 _registered_method=True)
+        self.SendStream = channel.stream_stream(
+                '/raft_queue.v1.QueueService/SendStream',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SendRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SendStreamResponse.FromString,
+                _registered_method=True)
 
 
 class QueueServiceServicer:
@@ -240,6 +245,12 @@ class QueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SendStream(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -332,6 +343,11 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     servicer.ExportPartition,
                     request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ExportPartitionRequest.FromString,
                     response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ExportPartitionResponse.SerializeToString,
+            ),
+            'SendStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.SendStream,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SendRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SendStreamResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -820,6 +836,33 @@ class QueueService:
             '/raft_queue.v1.QueueService/ExportPartition',
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ExportPartitionRequest.SerializeToString,
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ExportPartitionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/raft_queue.v1.QueueService/SendStream',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SendRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SendStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,
