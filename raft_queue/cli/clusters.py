@@ -16,7 +16,6 @@ read) go through the manager's mapping too (client/managed.py).
 
 from __future__ import annotations
 
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -233,35 +232,13 @@ def fleet_up(
     (on base_port + 1000 * N), one admin token for all; foreground until Ctrl-C.
     ``tls``: one dev CA (DATA_DIR/tls) signs every node's and manager's
     certificate, and every gRPC port is TLS only; ``mtls``: they require client
-    certificates too."""
-    from raft_queue.security.tls import write_dev_tls
-    from raft_queue.testing.cluster import LocalCluster
-    from raft_queue.testing.managers import ManagerCluster
+    certificates too (raft_queue/testing/fleet.py)."""
+    from raft_queue.testing.fleet import LocalFleet
 
-    base = Path(data_dir).resolve()
-    ca = write_dev_tls(base / "tls", []) if tls else None
-    mtls_options = {"require_client_cert": True} if mtls else {}
-    managers = ManagerCluster(
-        base / "manager", managers=3, base_port=base_port + 1000 * count,
-        tls_dir=ca.dir if ca else None, tls_options=mtls_options,
+    fleet = LocalFleet(
+        Path(data_dir).resolve(), clusters=count, nodes=nodes, base_port=base_port, tls=tls,
+        mtls=mtls,
     )  # fmt: skip
-    token = managers.token
-    fleet = []
-    for k in range(count):
-        c = LocalCluster(
-            base / f"c{k + 1}", nodes=nodes, base_port=base_port + 1000 * k, tls=tls,
-            tls_options=mtls_options,
-        )  # fmt: skip
-        if ca is not None:  # the fleet's CA: LocalCluster keeps CA files it finds
-            c.tls_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            for name in ("ca.pem", "ca.key"):
-                shutil.copy2(ca.dir / name, c.tls_dir / name)
-        c.base_dir.mkdir(parents=True, exist_ok=True)
-        token_file = c.base_dir / "admin.token"
-        if not token_file.exists():  # one token for the whole fleet
-            token_file.write_text(token + "\n")
-            token_file.chmod(0o600)
-        fleet.append(c)
     stopping = False
 
     def on_signal(signum: int, frame: object) -> None:
@@ -271,39 +248,30 @@ def fleet_up(
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        for c in fleet:
-            c.start()
-        managers.start()
-        for c in fleet:
-            c.wait_ready(timeout_s=90)
-        managers.wait_ready(timeout_s=60)
-        with managers.admin() as admin:
-            for k, c in enumerate(fleet):
-                admin.add_cluster(f"c{k + 1}", c.bootstrap.split(","), c.token)
-        _print_fleet(fleet, managers, token)
+        fleet.start()
+        _print_fleet(fleet)
         while not stopping:
             time.sleep(0.5)
     finally:
         click.echo("stopping...")
-        managers.stop()
-        for c in fleet:
-            c.stop_all()
+        fleet.stop(every_process=True)
 
 
-def _print_fleet(fleet: list[Any], managers: Any, token: str) -> None:
-    click.echo(f"raft_queue: {len(fleet)} clusters and a 3-node manager up")
-    for k, c in enumerate(fleet):
-        click.echo(f"  cluster c{k + 1}: {c.bootstrap}  (data in {c.base_dir})")
-    click.echo(f"  manager:    {managers.bootstrap}  (data in {managers.base_dir})")
-    click.echo(f"\n  export RAFTQ_MANAGER={managers.bootstrap}")
-    click.echo(f"  export RAFTQ_TOKEN={token}")
+def _print_fleet(fleet: Any) -> None:
     from raft_queue.cli.dev import tls_exports
 
-    for line in tls_exports(fleet[0]):  # one CA for the fleet: valid for every port
+    managers = fleet.managers
+    click.echo(f"raft_queue: {len(fleet.by_name)} clusters and a 3-node manager up")
+    for name, c in fleet.by_name.items():
+        click.echo(f"  cluster {name}: {c.bootstrap}  (data in {c.base_dir})")
+    click.echo(f"  manager:    {managers.bootstrap}  (data in {managers.base_dir})")
+    click.echo(f"\n  export RAFTQ_MANAGER={managers.bootstrap}")
+    click.echo(f"  export RAFTQ_TOKEN={fleet.token}")
+    for line in tls_exports(fleet.c1):  # one CA for the fleet: valid for every port
         click.echo(f"  export {line}")
     click.echo("  raftq clusters list")
     click.echo("  raftq queue place orders --cluster c1")
     click.echo("  raftq send orders hello      # routed by the manager's mapping")
     click.echo("  raftq queue move orders --to c2 --execute   # online, to the other cluster")
-    click.echo(f"  raftq --server {fleet[0].bootstrap} cluster status   # one cluster directly")
+    click.echo(f"  raftq --server {fleet.c1.bootstrap} cluster status   # one cluster directly")
     click.echo("\nCtrl-C stops everything.")

@@ -9,16 +9,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from raft_queue import errors
 from raft_queue.client import OutgoingMessage
-from raft_queue.client.managed import ManagedClient
-from raft_queue.testing.cluster import LocalCluster, _private_write
-from raft_queue.testing.managers import ManagerCluster
+from raft_queue.testing.fleet import LocalFleet
 
 pytestmark = pytest.mark.integration
 
@@ -27,51 +24,27 @@ BALANCE = {"auto_move": True, "overheat_msgs_per_s": 180.0, "overheat_for_s": 3.
            "cooldown_s": 600.0}  # fmt: skip
 
 
-@dataclass
-class Fleet:
-    c1: LocalCluster
-    c2: LocalCluster
-    managers: ManagerCluster
-
-    def managed(self) -> ManagedClient:
-        return ManagedClient(self.managers.bootstrap, self.managers.token, timeout_s=20.0)
-
-
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
     base = Path(tmp_path_factory.mktemp("automove"))
-    c1, c2 = LocalCluster(base / "c1", nodes=1), LocalCluster(base / "c2", nodes=1)
-    managers = ManagerCluster(base / "mgr", managers=1, health=HEALTH, balance=BALANCE)
-    for c in (c1, c2):
-        c.base_dir.mkdir(parents=True)
-        _private_write(c.base_dir / "admin.token", managers.token + "\n")
+    fleet = LocalFleet(base, nodes=1, manager_nodes=1, health=HEALTH, balance=BALANCE)
     try:
-        for part in (c1, c2, managers):
-            part.start()
-        c1.wait_ready(60)
-        c2.wait_ready(60)
-        managers.wait_ready(60)
-        with managers.admin() as admin:
-            admin.add_cluster("c1", c1.bootstrap.split(","), c1.token)
-            admin.add_cluster("c2", c2.bootstrap.split(","), c2.token)
-        yield Fleet(c1, c2, managers)
+        yield fleet.start()
     except BaseException:
-        print(managers.log_path(0).read_text(errors="replace")[-4000:])
+        print(fleet.manager_log_tails(60))
         raise
     finally:
-        managers.stop()
-        c1.stop()
-        c2.stop()
+        fleet.stop()
 
 
 def test_a_queue_on_a_cluster_that_stays_hot_is_moved_off_it_and_loses_nothing(
-    fleet: Fleet,
+    fleet: LocalFleet,
 ) -> None:
     """Two busy queues on c1 (each ~50 sends/s, received and acked: ~150
     messages handled/s) overheat it (bar 180 per node); either alone fits on
     c2, so the hotter one moves there and the other stays."""
     busy = ("hot", "warm")
-    with fleet.managed() as client:
+    with fleet.managed(timeout_s=20.0) as client:
         for q in busy:
             client.create_queue(q, 1, clusters=["c1"], visibility_timeout_ms=5_000)
         client.create_queue("cold", 1, clusters=["c1"])  # no traffic: stays where it is
@@ -81,7 +54,7 @@ def test_a_queue_on_a_cluster_that_stays_hot_is_moved_off_it_and_loses_nothing(
     errors_seen: list[str] = []
 
     def produce(queue: str) -> None:
-        with fleet.managed() as c:
+        with fleet.managed(timeout_s=20.0) as c:
             i = 0
             while not stop.is_set():
                 bodies = [b"%s-%06d" % (queue.encode(), i + k) for k in range(10)]
@@ -95,7 +68,7 @@ def test_a_queue_on_a_cluster_that_stays_hot_is_moved_off_it_and_loses_nothing(
                 time.sleep(0.2)
 
     def consume() -> None:
-        with fleet.managed() as c:
+        with fleet.managed(timeout_s=20.0) as c:
             while not drained.is_set():
                 for q in busy:
                     try:
@@ -131,7 +104,7 @@ def test_a_queue_on_a_cluster_that_stays_hot_is_moved_off_it_and_loses_nothing(
     for q in busy:
         assert sent[q] and not (sent[q] - got[q]), f"{q}: {len(sent[q] - got[q])} never received"
     stayed = next(q for q in busy if q != moved.queue)
-    with fleet.managed() as client:
+    with fleet.managed(timeout_s=20.0) as client:
         assert {h.cluster for h in client.homes(moved.queue)} == {"c2"}
         assert {h.cluster for h in client.homes(stayed)} == {"c1"}
         assert {h.cluster for h in client.homes("cold")} == {"c1"}  # no traffic: not moved

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,23 +18,15 @@ from raft_queue.cli.main import main
 from raft_queue.client import Client, OutgoingMessage
 from raft_queue.client.managed import ManagedClient
 from raft_queue.testing.cluster import LocalCluster
-from raft_queue.testing.managers import ManagerCluster
+from raft_queue.testing.fleet import LocalFleet
 
 pytestmark = pytest.mark.integration
 
 HEALTH = {"poll_period_s": 0.5, "call_timeout_s": 2.0, "down_after_s": 3.0}
 
 
-@dataclass
-class Fleet:
-    c1: LocalCluster
-    c2: LocalCluster
-    managers: ManagerCluster
-
-    def managed(self) -> ManagedClient:
-        return ManagedClient(self.managers.bootstrap, self.managers.token)
-
-    def health(self) -> dict[str, str]:
+class Fleet(LocalFleet):
+    def cluster_health(self) -> dict[str, str]:
         with self.managers.admin() as admin:
             return {c.name: c.health for c in admin.list_clusters().clusters}
 
@@ -51,31 +42,14 @@ def _wait(what: str, check: object, timeout_s: float) -> float:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    base = Path(tmp_path_factory.mktemp("manager"))
-    c1, c2 = LocalCluster(base / "c1", nodes=3), LocalCluster(base / "c2", nodes=3)
-    managers = ManagerCluster(base / "mgr", managers=3, health=HEALTH)
-    for c in (c1, c2):  # one admin token for the fleet, as `raftq dev up --clusters` makes
-        c.base_dir.mkdir(parents=True)
-        (c.base_dir / "admin.token").write_text(managers.token + "\n")
-        (c.base_dir / "admin.token").chmod(0o600)
+    fleet = Fleet(Path(tmp_path_factory.mktemp("manager")), health=HEALTH)
     try:
-        for part in (c1, c2, managers):
-            part.start()
-        c1.wait_ready(90)
-        c2.wait_ready(90)
-        managers.wait_ready(60)
-        with managers.admin() as admin:
-            admin.add_cluster("c1", c1.bootstrap.split(","), c1.token)
-        yield Fleet(c1, c2, managers)
+        yield fleet.start(register=["c1"])  # c2 is registered by the CLI test
     except BaseException:
-        for i in range(3):
-            print(f"--- m{i + 1} log tail ---")
-            print("\n".join(managers.log_path(i).read_text(errors="replace").splitlines()[-20:]))
+        print(fleet.manager_log_tails())
         raise
     finally:
-        managers.stop()
-        c1.stop()
-        c2.stop()
+        fleet.stop()
 
 
 def _raw_not_found(cluster: LocalCluster, queue: str) -> tuple[str, dict[str, str]]:
@@ -196,7 +170,7 @@ def test_a_principal_of_a_cluster_reads_the_mapping_of_its_own_queues_only(fleet
 
 
 def test_registered_clusters_turn_healthy(fleet: Fleet) -> None:
-    took = _wait("both healthy", lambda: set(fleet.health().values()) == {"healthy"}, 30)
+    took = _wait("both healthy", lambda: set(fleet.cluster_health().values()) == {"healthy"}, 30)
     print(f"both clusters healthy {took:.1f} s after registration")
 
 
@@ -478,17 +452,17 @@ def test_kill_every_node_of_one_cluster_it_is_marked_down_and_the_other_is_untou
 ) -> None:
     with fleet.managers.admin() as admin:
         admin.create_queue("solo", partitions=2, clusters=["c1"])
-    _wait("both healthy", lambda: set(fleet.health().values()) == {"healthy"}, 30)
+    _wait("both healthy", lambda: set(fleet.cluster_health().values()) == {"healthy"}, 30)
     with fleet.managed() as client:
         client.send_batch("solo", [b"before-%d" % i for i in range(20)])
         fleet.c2.kill(2)  # one node of three: degraded, not down
-        took = _wait("c2 degraded", lambda: fleet.health()["c2"] == "degraded", 20)
+        took = _wait("c2 degraded", lambda: fleet.cluster_health()["c2"] == "degraded", 20)
         print(f"c2 marked degraded {took:.1f} s after kill -9 of one node")
         for i in range(2):
             fleet.c2.kill(i)
         killed = time.monotonic()
         sent = 20
-        while fleet.health().get("c2") != "down":
+        while fleet.cluster_health().get("c2") != "down":
             # Meanwhile the queue wholly on c1 keeps taking sends.
             client.send_batch("solo", [b"during-%d" % sent])
             sent += 1
@@ -499,7 +473,7 @@ def test_kill_every_node_of_one_cluster_it_is_marked_down_and_the_other_is_untou
             f"c2 marked down {took:.1f} s after kill -9 of its 3 nodes "
             f"({sent - 20} sends meanwhile)"
         )
-        assert fleet.health()["c1"] == "healthy"
+        assert fleet.cluster_health()["c1"] == "healthy"
         received = 0
         deadline = time.monotonic() + 60
         while received < sent and time.monotonic() < deadline:
