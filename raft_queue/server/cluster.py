@@ -22,6 +22,7 @@ from raft_queue.server.control.metadata_barrier import MetadataBarrier
 from raft_queue.server.dataplane.encryption import NodeCrypto
 from raft_queue.server.dataplane.receipts import Receipts
 from raft_queue.server.dataplane.wakeups import Wakeups
+from raft_queue.server.dataplane.withdrawals import ForwardedPolls
 from raft_queue.server.node import Node
 from raft_queue.server.peers import Peers
 
@@ -46,6 +47,8 @@ class Cluster:
         self._rr = itertools.count()
         # Looks twice before "does not exist" or refusing a token (control/metadata_barrier.py).
         self.barrier = MetadataBarrier(node, peers)
+        # Forwarded Receives running here, to end on WithdrawPoll (dataplane/withdrawals.py).
+        self.forwarded_polls = ForwardedPolls()
 
     @property
     def wakeups(self) -> Wakeups:
