@@ -25,11 +25,21 @@ sawtooth whose height grows with that setting (at the default 5000, about
 ``--compaction-entries`` 1000 to see a trend through it. ``rss_trend_mib_per_min``
 (a least-squares slope over n1's samples after warm-up) shows a leak the
 spread would hide or exaggerate.
+
+Each sample also records the size of n1's LMDB file per partition
+(``data.mdb``): LMDB maps it, so every page it ever used stays in n1's RSS,
+and the file keeps its high-water mark. It grows while the queue's dedup
+window (300 s by default) fills with Send request ids (~150 pages per
+partition here), and with whatever the log holds that cannot be trimmed: an
+acked record stays until every record before it is finished, so one lost
+lease kept ~30 s of traffic on disk (fixed: forwarded Receives are
+withdrawn, not cancelled, server/dataplane/withdrawals.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -60,6 +70,16 @@ def proc_memory(pid: int) -> tuple[int, int]:
     except OSError:
         pass
     return rss, anon
+
+
+def data_mdb_sizes(data_dir: Path) -> dict[str, int]:
+    """Size in bytes of every partition replica's LMDB file under a node's
+    ``data_dir`` (``partitions/<key>/lmdb/data.mdb``), by partition key."""
+    sizes = {}
+    for path in sorted(data_dir.glob("partitions/*/lmdb/data.mdb")):
+        with contextlib.suppress(OSError):  # swapped by a snapshot install right now
+            sizes[path.parent.parent.name] = path.stat().st_size
+    return sizes
 
 
 @dataclass
@@ -234,12 +254,14 @@ class Soak:
                 rss, anon = proc_memory(pid)
                 row[f"n{i + 1}"] = [rss, anon]
                 row[f"n{i + 1}_kinds"] = breakdown(pid, str(cluster.specs[i].dir.resolve()))
+        row["n1_data_mdb"] = data_mdb_sizes(cluster.specs[0].dir / "data")
         self.samples.append(row)
         mib = {
             k: f"{v[0] / 2**20:.0f}/{v[1] / 2**20:.0f}" for k, v in row.items() if k[-1].isdigit()
         }
         kinds = " ".join(f"{k} {v / 2**20:.1f}" for k, v in row.get("n1_kinds", {}).items())
-        print(f"[{now:6.1f}s] RSS/anon MiB {mib}; n1: {kinds}", flush=True)
+        files = " ".join(f"{v / 2**20:.2f}" for v in row["n1_data_mdb"].values())
+        print(f"[{now:6.1f}s] RSS/anon MiB {mib}; n1: {kinds}; data.mdb MiB {files}", flush=True)
 
     def _verdict(self, c: Counters) -> dict[str, Any]:
         late = [(s["t"], s["n1"][0]) for s in self.samples if s["t"] >= self.warmup_s and "n1" in s]
@@ -261,6 +283,7 @@ class Soak:
             "n1_rss_spread": None if growth is None else round(growth, 4),
             "rss_trend_mib_per_min": _slope_mib_per_min(late),
             "n1_kinds_after_warmup_mib": self._kinds_after_warmup(),
+            "n1_data_mdb_mib": self._data_mdb_summary(),
             "compaction_entries": self.compaction_entries,
             "dedup_window_ms": self.dedup_window_ms or None,
             "samples": self.samples,
@@ -270,6 +293,15 @@ class Soak:
         )
         (self.out / "soak.json").write_text(json.dumps(result, indent=1))
         return result
+
+    def _data_mdb_summary(self) -> dict[str, list[float]]:
+        """n1's LMDB files (MiB, all partitions together) at warm-up's end
+        and at the end: [at warm-up, at the end]."""
+        rows = [s for s in self.samples if s["t"] >= self.warmup_s and s.get("n1_data_mdb")]
+        if not rows:
+            return {}
+        total = [round(sum(s["n1_data_mdb"].values()) / 2**20, 2) for s in (rows[0], rows[-1])]
+        return {"all partitions": total}
 
     def _kinds_after_warmup(self) -> dict[str, list[float | None]]:
         """n1's resident memory by kind (chaos/procmem.py) after warm-up:
