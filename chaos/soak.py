@@ -11,7 +11,7 @@ RSS (VmRSS, and RssAnon: heap, no file pages) of every node process is
 sampled every ``--sample-every`` seconds. Verdict, printed and written to
 ``soak.json``:
 
-- n1's RSS after warm-up (``--warmup``) stays within 10 % (max / min - 1);
+- n1's RSS after warm-up stays within 10 % (max / min - 1);
 - no error reached the application: the SDK's retries hide leader changes
   and restarts, nothing else;
 - every message sent was received (and acked) by the end.
@@ -25,11 +25,34 @@ sawtooth whose height grows with that setting (at the default 5000, about
 ``--compaction-entries`` 1000 to see a trend through it. ``rss_trend_mib_per_min``
 (a least-squares slope over n1's samples after warm-up) shows a leak the
 spread would hide or exaggerate.
+
+Each sample also records the size of n1's LMDB file per partition
+(``data.mdb``): LMDB maps it, so every page it ever used stays in n1's RSS,
+and the file keeps its high-water mark. It grows while the queue's dedup
+window (300 s by default) fills with Send request ids (~150 pages per
+partition here), and with whatever the log holds that cannot be trimmed: an
+acked record stays until every record before it is finished, so one lost
+lease kept ~30 s of traffic on disk (fixed: forwarded Receives are
+withdrawn, not cancelled, server/dataplane/withdrawals.py).
+
+Warm-up: the queue's dedup window plus 30 s (330 s with the default 300 s
+window; ``--warmup`` overrides it), at most 60 % of the run. The window's
+request ids are data, not a leak, and they fill the window first: measured
+on 2026-11-26 (07:18 run, 400 messages/s, 180,190 sent), n1's three LMDB
+files went from 1.9 MiB at 120 s to 4.5 MiB at 305 s, then stayed at
+1.49-1.55 MiB each until a restart's lost lease (below); the dedup table
+held ~36 more ids a second per partition until the window was full
+(8,623 at 240 s in an earlier run). A warm-up of 120 s measured that fill
+as growth: 10.4 % in that run, 5.1 % from 330 s. A lease in flight when a
+node restarts is lost until its visibility timeout (30 s here, as a crashed
+consumer's would be), and its partition keeps ~30 s of records meanwhile:
+one such step (+1.1 MiB on one file) came after the 360 s restart.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -40,10 +63,12 @@ from pathlib import Path
 from typing import Any
 
 from chaos.procmem import KINDS, breakdown
+from raft_queue.config import QueueSpec
 from raft_queue.errors import OutOfRange, QueueError
 from raft_queue.testing.cluster import LocalCluster
 
 QUEUE = "soak"
+DEFAULT_DEDUP_WINDOW_MS = QueueSpec().dedup_window_ms  # a queue's default (300 s)
 PARTITIONS = 3
 
 
@@ -60,6 +85,16 @@ def proc_memory(pid: int) -> tuple[int, int]:
     except OSError:
         pass
     return rss, anon
+
+
+def data_mdb_sizes(data_dir: Path) -> dict[str, int]:
+    """Size in bytes of every partition replica's LMDB file under a node's
+    ``data_dir`` (``partitions/<key>/lmdb/data.mdb``), by partition key."""
+    sizes = {}
+    for path in sorted(data_dir.glob("partitions/*/lmdb/data.mdb")):
+        with contextlib.suppress(OSError):  # swapped by a snapshot install right now
+            sizes[path.parent.parent.name] = path.stat().st_size
+    return sizes
 
 
 @dataclass
@@ -181,7 +216,7 @@ class Soak:
     duration_s: float = 600.0
     restart_every_s: float = 60.0
     sample_every_s: float = 5.0
-    warmup_s: float = 120.0
+    warmup_s: float = 330.0
     rate: int = 400
     compaction_entries: int = 1000
     dedup_window_ms: int = 0  # 0: the queue default (300 s)
@@ -234,12 +269,14 @@ class Soak:
                 rss, anon = proc_memory(pid)
                 row[f"n{i + 1}"] = [rss, anon]
                 row[f"n{i + 1}_kinds"] = breakdown(pid, str(cluster.specs[i].dir.resolve()))
+        row["n1_data_mdb"] = data_mdb_sizes(cluster.specs[0].dir / "data")
         self.samples.append(row)
         mib = {
             k: f"{v[0] / 2**20:.0f}/{v[1] / 2**20:.0f}" for k, v in row.items() if k[-1].isdigit()
         }
         kinds = " ".join(f"{k} {v / 2**20:.1f}" for k, v in row.get("n1_kinds", {}).items())
-        print(f"[{now:6.1f}s] RSS/anon MiB {mib}; n1: {kinds}", flush=True)
+        files = " ".join(f"{v / 2**20:.2f}" for v in row["n1_data_mdb"].values())
+        print(f"[{now:6.1f}s] RSS/anon MiB {mib}; n1: {kinds}; data.mdb MiB {files}", flush=True)
 
     def _verdict(self, c: Counters) -> dict[str, Any]:
         late = [(s["t"], s["n1"][0]) for s in self.samples if s["t"] >= self.warmup_s and "n1" in s]
@@ -248,6 +285,7 @@ class Soak:
         lost = len(c.bodies_sent - c.bodies_seen)
         result = {
             "duration_s": self.duration_s,
+            "warmup_s": self.warmup_s,
             "restarts": self.restarts,
             "sent": c.sent,
             "received": c.received,
@@ -261,6 +299,7 @@ class Soak:
             "n1_rss_spread": None if growth is None else round(growth, 4),
             "rss_trend_mib_per_min": _slope_mib_per_min(late),
             "n1_kinds_after_warmup_mib": self._kinds_after_warmup(),
+            "n1_data_mdb_mib": self._data_mdb_summary(),
             "compaction_entries": self.compaction_entries,
             "dedup_window_ms": self.dedup_window_ms or None,
             "samples": self.samples,
@@ -270,6 +309,15 @@ class Soak:
         )
         (self.out / "soak.json").write_text(json.dumps(result, indent=1))
         return result
+
+    def _data_mdb_summary(self) -> dict[str, list[float]]:
+        """n1's LMDB files (MiB, all partitions together) at warm-up's end
+        and at the end: [at warm-up, at the end]."""
+        rows = [s for s in self.samples if s["t"] >= self.warmup_s and s.get("n1_data_mdb")]
+        if not rows:
+            return {}
+        total = [round(sum(s["n1_data_mdb"].values()) / 2**20, 2) for s in (rows[0], rows[-1])]
+        return {"all partitions": total}
 
     def _kinds_after_warmup(self) -> dict[str, list[float | None]]:
         """n1's resident memory by kind (chaos/procmem.py) after warm-up:
@@ -299,13 +347,21 @@ def _slope_mib_per_min(points: list[tuple[float, int]]) -> float | None:
     return round(slope * 60 / 2**20, 3)
 
 
+def _warmup_s(args: argparse.Namespace) -> float:
+    """``--warmup``, or the queue's dedup window + 30 s (the window fills
+    with request ids first: data, not a leak); at most 60 % of the run."""
+    window_s = (args.dedup_window_ms or DEFAULT_DEDUP_WINDOW_MS) / 1000
+    warmup = args.warmup if args.warmup is not None else window_s + 30.0
+    return float(min(warmup, args.duration * 0.6))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser("python -m chaos.soak", description=__doc__.split("\n")[0])
     add = parser.add_argument
     add("--duration", type=float, default=600.0)
     add("--restart-every", type=float, default=60.0)
     add("--sample-every", type=float, default=5.0)
-    add("--warmup", type=float, default=120.0)
+    add("--warmup", type=float, default=None, help="seconds (default: dedup window + 30)")
     add("--rate", type=int, default=400, help="messages per second sent")
     add("--compaction-entries", type=int, default=1000, help="log_compaction_min_entries")
     add("--dedup-window-ms", type=int, default=0, help="the queue's dedup window (0: default)")
@@ -313,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     soak = Soak(
         duration_s=args.duration, restart_every_s=args.restart_every,
-        sample_every_s=args.sample_every, warmup_s=min(args.warmup, args.duration / 2),
+        sample_every_s=args.sample_every, warmup_s=_warmup_s(args),
         rate=args.rate, compaction_entries=args.compaction_entries, out=args.out,
         dedup_window_ms=args.dedup_window_ms,
     )  # fmt: skip

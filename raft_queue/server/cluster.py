@@ -22,6 +22,7 @@ from raft_queue.server.control.metadata_barrier import MetadataBarrier
 from raft_queue.server.dataplane.encryption import NodeCrypto
 from raft_queue.server.dataplane.receipts import Receipts
 from raft_queue.server.dataplane.wakeups import Wakeups
+from raft_queue.server.dataplane.withdrawals import ForwardedPolls
 from raft_queue.server.node import Node
 from raft_queue.server.peers import Peers
 
@@ -49,6 +50,8 @@ class Cluster:
         # This node's QueueCounters (observability/node.py sets it when metrics
         # are on); for ClusterStatus(include_counters).
         self.local_counters: Callable[[], list[Any]] = list
+        # Forwarded Receives running here, to end on WithdrawPoll (dataplane/withdrawals.py).
+        self.forwarded_polls = ForwardedPolls()
 
     @property
     def wakeups(self) -> Wakeups:

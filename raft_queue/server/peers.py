@@ -129,15 +129,28 @@ class Peers:
             self._forwards[(address, method)] = call
         return call
 
-    async def forward(self, address: str, method: str, request: Any, timeout_s: float) -> Any:
-        """Call QueueService.``method`` on ``address`` as a forwarded request."""
+    async def forward(
+        self,
+        address: str,
+        method: str,
+        request: Any,
+        timeout_s: float,
+        late: Callable[[Any], None] | None = None,
+        withdraw: Callable[[], None] | None = None,
+        extra_metadata: tuple[tuple[str, str], ...] = (),
+    ) -> Any:
+        """Call QueueService.``method`` on ``address`` as a forwarded request.
+        ``late``: gets the response if it arrives after the caller was
+        cancelled; ``withdraw``: called instead of cancelling the RPC
+        (callcancel.settle)."""
         if not address:
             raise Unavailable("no leader known for this request yet")
         call = self._forward_call(address, method)
         try:
             # settle: cancelled (a long poll another partition beat), the call
             # is cancelled in gRPC Core only, not leaking grpc#43360's ~1 KB
-            return await settle(call(request, timeout=timeout_s, metadata=self._forward_metadata()))
+            metadata = self._forward_metadata() + extra_metadata
+            return await settle(call(request, timeout=timeout_s, metadata=metadata), late, withdraw)
         except grpc.aio.AioRpcError as err:
             raise RemoteError(err) from err
 

@@ -75,6 +75,12 @@ class NodeService(node_pb2_grpc.NodeServiceServicer):
         return await member_change(self.node, request)
 
     @handled
+    async def WithdrawPoll(self, request: Any, context: Any) -> Any:  # noqa: N802
+        """End a forwarded Receive whose caller stopped waiting (dataplane/withdrawals.py)."""
+        found = self.c.forwarded_polls.withdraw(request.poll_id)
+        return admin_pb2.WithdrawPollResponse(found=found)
+
+    @handled
     async def FlushUsage(self, request: Any, context: Any) -> Any:  # noqa: N802
         """A node's usage batch (server/api/usage.py), on the metadata leader."""
         md = self.node.metadata

@@ -35,6 +35,7 @@ from raft_queue.server.dataplane.reading import Reader
 from raft_queue.server.dataplane.receiving import Receiver
 from raft_queue.server.dataplane.sending import Sender
 from raft_queue.server.dataplane.subscribing import Subscriber
+from raft_queue.server.dataplane.withdrawals import poll_id_of
 from raft_queue.server.peers import RemoteError, abort_remote, is_forwarded
 
 
@@ -130,9 +131,14 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
     @handled
     async def Receive(self, request: Any, context: Any) -> Any:  # noqa: N802
         forwarded = is_forwarded(context)
+        poll_id = poll_id_of(context) if forwarded else ""
         if request.wait_ms and not forwarded:  # a client's long poll: its principal's cap
             with self.polls.hold(CALLER_PRINCIPAL.get()):
                 messages, acks = await self.receiver.receive_acking(request, forwarded)
+        elif poll_id:  # its caller may withdraw it (dataplane/withdrawals.py)
+            work = self.receiver.receive_acking(request, forwarded)
+            got = await self.c.forwarded_polls.run(poll_id, work)
+            messages, acks = got if got is not None else ([], None)
         else:
             messages, acks = await self.receiver.receive_acking(request, forwarded)
         if not forwarded:  # counted once, by the node that answers the client

@@ -7,7 +7,8 @@ Long polls never spin. A Receive that found nothing:
   until the earliest lease deadline or delay of those partitions;
 - and, when it came from a client (not forwarded), holds one forwarded
   long-poll Receive open on every other node leading a partition of the
-  queue. The first non-empty answer wins; the others are cancelled.
+  queue. The first non-empty answer wins; the others are withdrawn, never
+  cancelled, and what they still bring is given back (withdrawals.py).
 
 A Receive of a consumer that names itself may find its messages already
 leased, by a lingering lease its previous Receive left (lingering.py).
@@ -29,8 +30,10 @@ from concurrent.futures import Future
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import grpc
+
 from raft_queue import errors
-from raft_queue._proto.raft_queue.v1 import queue_pb2
+from raft_queue._proto.raft_queue.v1 import admin_pb2, queue_pb2
 from raft_queue.core import commands as cmd
 from raft_queue.observability import metrics
 from raft_queue.replication.partition import PartitionReplica
@@ -41,6 +44,7 @@ from raft_queue.server.dataplane.lingering import Linger, Lingering, Stand
 from raft_queue.server.dataplane.receipts import Receipts
 from raft_queue.server.dataplane.sending import now_ms
 from raft_queue.server.dataplane.settling import Settler
+from raft_queue.server.dataplane.withdrawals import POLL_ID_KEY, new_poll_id
 from raft_queue.server.peers import RemoteError
 
 if TYPE_CHECKING:
@@ -69,6 +73,7 @@ class Receiver:
         self.limits = cluster.node.config.limits
         self.lingering = Lingering(self.limits.receive_linger_ms, undo)
         self.settler = Settler(cluster)
+        self._tasks: set[asyncio.Future[Any]] = set()  # give-backs and withdrawals under way
 
     # ---- Receive ---------------------------------------------------------------------
     async def receive(self, request: Any, forwarded: bool) -> list[Any]:
@@ -247,13 +252,43 @@ class Receiver:
             consumer=consumer,
             wait_ms=wait_ms,
         )
+        timeout_s = self.c.timeout_s + wait_ms / 1000
+        poll_id = new_poll_id()
         try:
+            # Never cancelled (a cancel can lose what it leased): withdrawn,
+            # and what it still brings is given back (dataplane/withdrawals.py).
             resp = await self.c.peers.forward(
-                address, "Receive", sub, self.c.timeout_s + wait_ms / 1000
+                address,
+                "Receive",
+                sub,
+                timeout_s,
+                late=partial(self._unwanted, q),
+                withdraw=partial(self._withdraw, address, poll_id),
+                extra_metadata=((POLL_ID_KEY, poll_id),),
             )
         except RemoteError:
             return []  # that node's partitions are skipped this time
         return list(resp.messages)
+
+    def _unwanted(self, q: QueueRecord, resp: Any) -> None:
+        """A forwarded Receive answered after we stopped waiting for it
+        (another partition answered first): its leases are given back, or
+        its messages would stay invisible for the whole visibility timeout,
+        and the log could not be trimmed past them (acked records stay on disk)."""
+        if resp.messages:
+            self._background(self.give_back(q, list(resp.messages)))
+
+    def _withdraw(self, address: str, poll_id: str) -> None:
+        """Ask ``address`` to end forwarded Receive ``poll_id`` now."""
+        request = admin_pb2.WithdrawPollRequest(poll_id=poll_id)
+        call = self.c.peers.node(address).WithdrawPoll(request, timeout=self.c.timeout_s)
+        self._background(_quietly(call))
+
+    def _background(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run ``work`` to its end (asyncio holds tasks weakly: keep them)."""
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _local_until(
         self,
@@ -404,7 +439,8 @@ async def _first_non_empty(
 ) -> list[Any]:
     """Messages of the first task to return some (with any others done by
     then); [] once ``local`` ends empty (deadline, or leadership moved).
-    Cancels the rest: a cancelled poll gives its leases back."""
+    Cancels the rest: a cancelled local poll gives its leases back, a
+    cancelled forwarded one is withdrawn (``_forward``)."""
     tasks = {local, *remote}
     got: list[Any] = []
     try:
@@ -438,6 +474,13 @@ def _nack_unwanted(replica: PartitionReplica, fut: Future[Any]) -> None:
     refs = tuple(cmd.ReceiptRun(s.offset, s.count, s.epoch) for s in fut.result().spans)
     if refs:
         replica.submit(cmd.Release(refs, now_ms()))
+
+
+async def _quietly(call: Any) -> None:
+    """Await a best-effort call (a withdrawal): a failure only means the
+    poll ends at its own deadline."""
+    with contextlib.suppress(grpc.RpcError, errors.QueueError, OSError):
+        await call
 
 
 def undo(stands: list[Stand]) -> None:

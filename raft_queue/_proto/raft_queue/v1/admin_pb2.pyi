@@ -595,6 +595,18 @@ class FlushUsageResponse(_message.Message):
     applied_seq: int
     def __init__(self, applied_seq: _Optional[int] = ...) -> None: ...
 
+class WithdrawPollRequest(_message.Message):
+    __slots__ = ("poll_id",)
+    POLL_ID_FIELD_NUMBER: _ClassVar[int]
+    poll_id: str
+    def __init__(self, poll_id: _Optional[str] = ...) -> None: ...
+
+class WithdrawPollResponse(_message.Message):
+    __slots__ = ("found",)
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    def __init__(self, found: _Optional[bool] = ...) -> None: ...
+
 class FenceQueueRequest(_message.Message):
     __slots__ = ("queue", "fenced")
     QUEUE_FIELD_NUMBER: _ClassVar[int]

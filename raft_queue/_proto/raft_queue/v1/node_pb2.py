@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from raft_queue._proto.raft_queue.v1 import admin_pb2 as raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*raft_queue/_proto/raft_queue/v1/node.proto\x12\rraft_queue.v1\x1a+raft_queue/_proto/raft_queue/v1/admin.proto2\xb2\x03\n\x0bNodeService\x12Q\n\nNodeStatus\x12 .raft_queue.v1.NodeStatusRequest\x1a!.raft_queue.v1.NodeStatusResponse\x12N\n\tHeartbeat\x12\x1f.raft_queue.v1.HeartbeatRequest\x1a .raft_queue.v1.HeartbeatResponse\x12W\n\x0cMemberChange\x12\".raft_queue.v1.MemberChangeRequest\x1a#.raft_queue.v1.MemberChangeResponse\x12T\n\x0bGetMetadata\x12!.raft_queue.v1.GetMetadataRequest\x1a\".raft_queue.v1.GetMetadataResponse\x12Q\n\nFlushUsage\x12 .raft_queue.v1.FlushUsageRequest\x1a!.raft_queue.v1.FlushUsageResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*raft_queue/_proto/raft_queue/v1/node.proto\x12\rraft_queue.v1\x1a+raft_queue/_proto/raft_queue/v1/admin.proto2\x8b\x04\n\x0bNodeService\x12Q\n\nNodeStatus\x12 .raft_queue.v1.NodeStatusRequest\x1a!.raft_queue.v1.NodeStatusResponse\x12N\n\tHeartbeat\x12\x1f.raft_queue.v1.HeartbeatRequest\x1a .raft_queue.v1.HeartbeatResponse\x12W\n\x0cMemberChange\x12\".raft_queue.v1.MemberChangeRequest\x1a#.raft_queue.v1.MemberChangeResponse\x12T\n\x0bGetMetadata\x12!.raft_queue.v1.GetMetadataRequest\x1a\".raft_queue.v1.GetMetadataResponse\x12Q\n\nFlushUsage\x12 .raft_queue.v1.FlushUsageRequest\x1a!.raft_queue.v1.FlushUsageResponse\x12W\n\x0cWithdrawPoll\x12\".raft_queue.v1.WithdrawPollRequest\x1a#.raft_queue.v1.WithdrawPollResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,5 +33,5 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'raft_queue._proto.raft_queu
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_NODESERVICE']._serialized_start=107
-  _globals['_NODESERVICE']._serialized_end=541
+  _globals['_NODESERVICE']._serialized_end=630
 # @@protoc_insertion_point(module_scope)

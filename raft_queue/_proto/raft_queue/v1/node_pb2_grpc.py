@@ -59,6 +59,11 @@ class NodeServiceStub:
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.FlushUsageRequest.SerializeToString,
                 response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.FlushUsageResponse.FromString,
                 _registered_method=True)
+        self.WithdrawPoll = channel.unary_unary(
+                '/raft_queue.v1.NodeService/WithdrawPoll',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.WithdrawPollRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.WithdrawPollResponse.FromString,
+                _registered_method=True)
 
 
 class NodeServiceServicer:
@@ -101,6 +106,15 @@ class NodeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WithdrawPoll(self, request, context):
+        """To the node serving a forwarded Receive: end that long poll now (its
+        caller no longer waits). The forwarded call itself is never cancelled,
+        so whatever it leased still reaches the caller, which gives it back.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -128,6 +142,11 @@ def add_NodeServiceServicer_to_server(servicer, server):
                     servicer.FlushUsage,
                     request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.FlushUsageRequest.FromString,
                     response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.FlushUsageResponse.SerializeToString,
+            ),
+            'WithdrawPoll': grpc.unary_unary_rpc_method_handler(
+                    servicer.WithdrawPoll,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.WithdrawPollRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.WithdrawPollResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -265,6 +284,33 @@ class NodeService:
             '/raft_queue.v1.NodeService/FlushUsage',
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.FlushUsageRequest.SerializeToString,
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.FlushUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WithdrawPoll(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.NodeService/WithdrawPoll',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.WithdrawPollRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_admin__pb2.WithdrawPollResponse.FromString,
             options,
             channel_credentials,
             insecure,
