@@ -47,6 +47,7 @@ from chaos.fleet_grow import (
     grow_client,
     seen_grown,
 )
+from chaos.fleet_load import Load, finish
 from chaos.history import History
 from chaos.nemesis import Context, Fault, Nemesis, Schedule
 from raft_queue import errors
@@ -195,107 +196,8 @@ def _has_messages(client: Any) -> bool:
 # ---- workload --------------------------------------------------------------------------------
 
 
-@dataclass
-class Load:
-    """Producers and consumers of one queue, recorded in ``history``: ``connect()``
-    makes each thread's client, ``seen(message, client)`` records a delivery."""
-
-    fleet: Fleet
-    history: History
-    queue: str = QUEUE
-    keys: list[str] = field(default_factory=lambda: KEYS)
-    connect: Any = None  # default: fleet.managed
-    seen: Any = None  # default: the move queue's record (mapping version, cluster)
-    stop_sends: threading.Event = field(default_factory=threading.Event)
-    stop_receives: threading.Event = field(default_factory=threading.Event)
-    threads: list[threading.Thread] = field(default_factory=list)
-
-    def start(self, producers: int = 2, consumers: int = 2) -> Load:
-        self.connect = self.connect or self.fleet.managed
-        self.seen = self.seen or (lambda m, c: _seen(m, c.mapping_version))
-        for i in range(producers):
-            self._spawn(self._produce, self.keys[i::producers])
-        for _ in range(consumers):
-            self._spawn(self._consume)
-        return self
-
-    def _spawn(self, fn: Any, *args: Any) -> None:
-        t = threading.Thread(target=fn, args=args, daemon=True)
-        t.start()
-        self.threads.append(t)
-
-    def _produce(self, keys: list[str]) -> None:
-        client, h, q = self.connect(), self.history, self.queue
-        process, n = h.new_process_id(), 0
-        while not self.stop_sends.is_set():
-            for key in keys:
-                payload = f"{key}/{n:05d}"
-                op = h.invoke(process, "send", payload, queue=q, key=key)
-                try:
-                    client.send(q, payload, key=key)
-                except Exception as exc:  # outcome unknown: a new process goes on
-                    h.complete(op, "info", error=repr(exc))
-                    process = h.new_process_id()
-                    continue
-                h.complete(op, "ok")
-            n += 1
-        client.close()
-
-    def _consume(self) -> None:
-        client, h, q = self.connect(), self.history, self.queue
-        process = h.new_process_id()
-        while not self.stop_receives.is_set():
-            op = h.invoke(process, "receive", queue=q)
-            try:
-                got = client.receive(q, max_messages=20, visibility_ms=5000, wait_ms=200)
-            except Exception as exc:
-                h.complete(op, "info", error=repr(exc))
-                process = h.new_process_id()
-                continue
-            value = [self.seen(m, client) for m in got]
-            h.complete(op, "ok", value)
-            if not got:
-                continue
-            op = h.invoke(process, "ack", value, queue=q)
-            try:
-                results = client.ack(q, got)
-            except Exception as exc:
-                h.complete(op, "info", error=repr(exc))
-                process = h.new_process_id()
-                continue
-            h.complete(op, "ok", [v for v, r in zip(value, results, strict=True) if r.ok])
-        client.close()
-
-    def drain(self) -> None:
-        client, h = self.connect(), self.history
-        drain = h.invoke(h.new_process_id(), "drain", queue=self.queue)
-        left = client.receive(self.queue, max_messages=100, wait_ms=1000)
-        h.complete(drain, "ok", [self.seen(m, client) for m in left])
-        client.close()
-
-
-def finish(loads: list[Load], history: History, timeout_s: float) -> None:
-    """Stop sending, let the consumers ack everything sent (bounded), then drain."""
-    for load in loads:
-        load.stop_sends.set()
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not _sent(history) <= _acked(history):
-        time.sleep(0.5)
-    for load in loads:
-        load.stop_receives.set()
-        for t in load.threads:
-            t.join(60)
-        load.drain()
-
-
-def _sent(history: History) -> set[str]:
-    return {o["value"] for o in list(history.ops) if o["f"] == "send" and o["type"] == "ok"}
-
-
-def _acked(history: History) -> set[str]:
-    ops = list(history.ops)
-    return {r["payload"] for o in ops if o["f"] == "ack" and o["type"] == "ok"
-            for r in o["value"]}  # fmt: skip
+def _seen_managed(m: Any, client: Any) -> dict[str, Any]:
+    return _seen(m, client.mapping_version)
 
 
 def _seen(m: Any, version: int) -> dict[str, Any]:
@@ -324,6 +226,7 @@ class Outcome:
     report: Any
     digests_equal: bool
     counts: dict[str, int]  # faults done without error, by nemesis
+    stuck: int = 0  # client threads still in a call after the load stopped
 
 
 def run(seed: int, duration_s: float, base: Path, nemeses: list[str]) -> Outcome:
@@ -338,11 +241,9 @@ def run(seed: int, duration_s: float, base: Path, nemeses: list[str]) -> Outcome
                 create_grow_queue(client)
         history = History(base / "history.jsonl")
         t0 = time.monotonic()
-        loads = [Load(fleet, history).start()]
+        loads = [Load(history, QUEUE, KEYS, fleet.managed, _seen_managed).start()]
         if grow:
-            grown = Load(
-                fleet, history, GROW_QUEUE, GROW_KEYS, lambda: grow_client(fleet), seen_grown
-            )
+            grown = Load(history, GROW_QUEUE, GROW_KEYS, lambda: grow_client(fleet), seen_grown)
             loads.append(grown.start())
         ctx = Context(fleet, None, QUEUE, random.Random(seed), lambda: time.monotonic() - t0)  # type: ignore[arg-type]
         stop = threading.Event()
@@ -351,14 +252,18 @@ def run(seed: int, duration_s: float, base: Path, nemeses: list[str]) -> Outcome
                             factories=NEMESES)  # fmt: skip
         faults: list[Fault] = schedule.run(ctx, stop)
         stop.wait(3.0)  # quiet
-        finish(loads, history, 180)
+        stuck = finish(loads, history, 180)
         history.close()
-        return _judge(fleet, seed, history.ops, faults, grow)
+        for stack in stuck:
+            print(f"client thread stuck in a call after the load stopped:\n{stack}")
+        return _judge(fleet, seed, history.ops, faults, grow, len(stuck))
     finally:
         fleet.stop()
 
 
-def _judge(fleet: Fleet, seed: int, ops: list[Any], faults: list[Fault], grow: bool) -> Outcome:
+def _judge(
+    fleet: Fleet, seed: int, ops: list[Any], faults: list[Fault], grow: bool, stuck: int
+) -> Outcome:
     """The checker over both queues (each with its ranking), with replica digests."""
     rank = ranks(ops)
     with fleet.managers.admin() as admin:  # type: ignore[union-attr]
@@ -382,7 +287,8 @@ def _judge(fleet: Fleet, seed: int, ops: list[Any], faults: list[Fault], grow: b
     print(report.render())
     print(f"unfinished moves: {UNFINISHED}; replica digests equal: {equal}")
     ok = report.ok and not report.warnings and equal and not UNFINISHED
-    return Outcome(ok and not any(f.error for f in faults), faults, report, equal, counts)
+    ok = ok and not any(f.error for f in faults)
+    return Outcome(ok, faults, report, equal, counts, stuck)
 
 
 DEFAULT_NEMESES = "move,move-kill-manager,grow,kill-one"
