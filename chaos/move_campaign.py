@@ -5,20 +5,23 @@
 Starts two 3-node clusters (c1, c2) and a 3-node external manager, puts a
 FIFO queue on c1, and runs producers (keyed messages, one at a time) and
 consumers (receive + ack) through ``ManagedClient`` while a seeded schedule
-(chaos.nemesis ``Schedule``) plays these nemeses:
+(chaos.nemesis ``Schedule``) plays these nemeses (default: all four):
 
 - ``move``: ``raftq queue move`` of the queue to the other cluster (manager/
   moves.py); healed by waiting for the cut-over and deleting the fenced copy
   the move leaves on the source, so the next move can come back;
-- ``move-kill-manager``: the same, and once the copy is under way the
-  manager's leader is killed (SIGKILL) and restarted 2 s later: the next
-  leader's watch redoes the copy and cuts over.
+- ``move-kill-manager``: the same, and the manager's leader is killed
+  (SIGKILL) at once or once the copy is under way, restarted 2 s later;
+- ``grow``: one split of a second FIFO queue, which stays on c1 with load of
+  its own (chaos/fleet_grow.py);
+- ``kill-one``: SIGKILL of one node of c1 or c2, restarted at the heal.
 
 Every delivery is recorded with the mapping version its client used and its
 cluster (``v3:c2/0``), and the checker ranks positions by that version: per
 key, an earlier placement's records come before a later one's, as a move
-promises. The run ends with every fault healed, the consumers taking what is
-left, and a final drain; ``lost`` is then meaningful.
+promises; the grown queue's partitions rank by split depth. The run ends
+with every fault healed, the consumers taking what is left, a final drain
+(``lost`` is then meaningful) and every replica's digest compared.
 """
 
 from __future__ import annotations
@@ -32,9 +35,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chaos.campaign import collect_digests, split_ranks
 from chaos.checker import check
+from chaos.fleet_grow import (
+    GROW_CLUSTER,
+    GROW_KEYS,
+    GROW_QUEUE,
+    FleetGrow,
+    FleetKillOne,
+    create_grow_queue,
+    grow_client,
+    seen_grown,
+)
+from chaos.fleet_load import Load, finish
 from chaos.history import History
-from chaos.nemesis import OPT_IN, Context, Fault, Nemesis, Schedule
+from chaos.nemesis import Context, Fault, Nemesis, Schedule
 from raft_queue import errors
 from raft_queue.client.managed import ManagedClient
 from raft_queue.testing.cluster import LocalCluster
@@ -163,7 +178,8 @@ class MoveKillManager(Move):
     kill_manager = True
 
 
-OPT_IN.update({"move": Move, "move-kill-manager": MoveKillManager})
+NEMESES: dict[str, Any] = {"move": Move, "move-kill-manager": MoveKillManager,
+                           "grow": FleetGrow, "kill-one": FleetKillOne}  # fmt: skip
 
 
 def _mapping(admin: Any) -> Any:
@@ -180,92 +196,8 @@ def _has_messages(client: Any) -> bool:
 # ---- workload --------------------------------------------------------------------------------
 
 
-@dataclass
-class Load:
-    fleet: Fleet
-    history: History
-    stop_sends: threading.Event = field(default_factory=threading.Event)
-    stop_receives: threading.Event = field(default_factory=threading.Event)
-    threads: list[threading.Thread] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-    def start(self, producers: int = 2, consumers: int = 2) -> Load:
-        for i in range(producers):
-            self._spawn(self._produce, KEYS[i::producers])
-        for _ in range(consumers):
-            self._spawn(self._consume)
-        return self
-
-    def _spawn(self, fn: Any, *args: Any) -> None:
-        t = threading.Thread(target=fn, args=args, daemon=True)
-        t.start()
-        self.threads.append(t)
-
-    def _produce(self, keys: list[str]) -> None:
-        client, h = self.fleet.managed(), self.history
-        process, n = h.new_process_id(), 0
-        while not self.stop_sends.is_set():
-            for key in keys:
-                payload = f"{key}/{n:05d}"
-                op = h.invoke(process, "send", payload, queue=QUEUE, key=key)
-                try:
-                    client.send(QUEUE, payload, key=key)
-                except Exception as exc:  # outcome unknown: a new process goes on
-                    h.complete(op, "info", error=repr(exc))
-                    process = h.new_process_id()
-                    continue
-                h.complete(op, "ok")
-            n += 1
-        client.close()
-
-    def _consume(self) -> None:
-        client, h = self.fleet.managed(), self.history
-        process = h.new_process_id()
-        while not self.stop_receives.is_set():
-            op = h.invoke(process, "receive", queue=QUEUE)
-            try:
-                got = client.receive(QUEUE, max_messages=20, visibility_ms=5000, wait_ms=200)
-            except Exception as exc:
-                h.complete(op, "info", error=repr(exc))
-                process = h.new_process_id()
-                continue
-            value = [_seen(m, client.mapping_version) for m in got]
-            h.complete(op, "ok", value)
-            if not got:
-                continue
-            op = h.invoke(process, "ack", value, queue=QUEUE)
-            try:
-                results = client.ack(QUEUE, got)
-            except Exception as exc:
-                h.complete(op, "info", error=repr(exc))
-                process = h.new_process_id()
-                continue
-            h.complete(op, "ok", [v for v, r in zip(value, results, strict=True) if r.ok])
-        client.close()
-
-    def finish(self, timeout_s: float) -> None:
-        self.stop_sends.set()
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and not self._sent() <= self._acked():
-            time.sleep(0.5)
-        self.stop_receives.set()
-        for t in self.threads:
-            t.join(60)
-        client = self.fleet.managed()
-        drain = self.history.invoke(self.history.new_process_id(), "drain", queue=QUEUE)
-        left = client.receive(QUEUE, max_messages=100, wait_ms=1000)
-        self.history.complete(drain, "ok", [_seen(m, client.mapping_version) for m in left])
-        client.close()
-
-    def _sent(self) -> set[str]:
-        return {
-            o["value"] for o in list(self.history.ops) if o["f"] == "send" and o["type"] == "ok"
-        }
-
-    def _acked(self) -> set[str]:
-        ops = list(self.history.ops)
-        return {r["payload"] for o in ops if o["f"] == "ack" and o["type"] == "ok"
-                for r in o["value"]}  # fmt: skip
+def _seen_managed(m: Any, client: Any) -> dict[str, Any]:
+    return _seen(m, client.mapping_version)
 
 
 def _seen(m: Any, version: int) -> dict[str, Any]:
@@ -278,7 +210,7 @@ def ranks(ops: list[Any]) -> dict[tuple[str, Any], int]:
     """Each recorded placement's rank: its mapping version (moves only raise it)."""
     out: dict[tuple[str, Any], int] = {}
     for op in ops:
-        if op["f"] in ("receive", "drain", "ack") and op["type"] == "ok":
+        if op["f"] in ("receive", "drain", "ack") and op["type"] == "ok" and op["queue"] == QUEUE:
             for r in op["value"] or []:
                 out[(QUEUE, r["partition"])] = int(r["partition"][1:].split(":")[0])
     return out
@@ -287,53 +219,97 @@ def ranks(ops: list[Any]) -> dict[tuple[str, Any], int]:
 # ---- the run ---------------------------------------------------------------------------------
 
 
-def run(seed: int, duration_s: float, base: Path, nemeses: list[str]) -> bool:
+@dataclass
+class Outcome:
+    ok: bool
+    faults: list[Fault]
+    report: Any
+    digests_equal: bool
+    counts: dict[str, int]  # faults done without error, by nemesis
+    stuck: int = 0  # client threads still in a call after the load stopped
+
+
+def run(seed: int, duration_s: float, base: Path, nemeses: list[str]) -> Outcome:
     fleet = Fleet(base).start()
+    UNFINISHED.clear()
     try:
+        grow = "grow" in nemeses
         with fleet.managed() as client:
             client.create_queue(QUEUE, partitions=2, clusters=["c1"], ordering="fifo",
                                 replication_factor=3)  # fmt: skip
+            if grow:
+                create_grow_queue(client)
         history = History(base / "history.jsonl")
         t0 = time.monotonic()
-        load = Load(fleet, history).start()
+        loads = [Load(history, QUEUE, KEYS, fleet.managed, _seen_managed).start()]
+        if grow:
+            grown = Load(history, GROW_QUEUE, GROW_KEYS, lambda: grow_client(fleet), seen_grown)
+            loads.append(grown.start())
         ctx = Context(fleet, None, QUEUE, random.Random(seed), lambda: time.monotonic() - t0)  # type: ignore[arg-type]
         stop = threading.Event()
         stop.wait(3.0)  # warm-up
-        schedule = Schedule(seed, nemeses, duration_s, fault_s=(1.0, 3.0), calm_s=(2.0, 4.0))
+        schedule = Schedule(seed, nemeses, duration_s, fault_s=(1.0, 3.0), calm_s=(2.0, 4.0),
+                            factories=NEMESES)  # fmt: skip
         faults: list[Fault] = schedule.run(ctx, stop)
         stop.wait(3.0)  # quiet
-        load.finish(180)
+        stuck = finish(loads, history, 180)
         history.close()
-        ops = history.ops
-        report = check(ops, fifo_keys=True, dedup=False, partition_rank=ranks(ops))
-        moves = [f for f in faults if not f.error]
-        sends = sum(1 for o in ops if o["f"] == "send" and o["type"] == "ok")
-        print(f"seed {seed}: {len(faults)} faults, {len(moves)} without error; {sends} sends ok")
-        for f in faults:
-            print(f"  [{f.start_s:6.1f}s] {f.name}: {f.detail} {f.error}")
-        print(report.render())
-        print(f"unfinished moves: {UNFINISHED}")
-        return report.ok and not report.warnings and len(moves) == len(faults) and not UNFINISHED
+        for stack in stuck:
+            print(f"client thread stuck in a call after the load stopped:\n{stack}")
+        return _judge(fleet, seed, history.ops, faults, grow, len(stuck))
     finally:
         fleet.stop()
+
+
+def _judge(
+    fleet: Fleet, seed: int, ops: list[Any], faults: list[Fault], grow: bool, stuck: int
+) -> Outcome:
+    """The checker over both queues (each with its ranking), with replica digests."""
+    rank = ranks(ops)
+    with fleet.managers.admin() as admin:  # type: ignore[union-attr]
+        homes = {QUEUE: {h.cluster for h in _mapping(admin).partitions}.pop()}
+    if grow:
+        homes[GROW_QUEUE] = GROW_CLUSTER
+        rank.update(split_ranks(fleet.clusters[GROW_CLUSTER], GROW_QUEUE))
+    replicas, equal = {}, True
+    for queue, cluster in homes.items():
+        with fleet.clusters[cluster].client(timeout_s=10.0, retries=5) as client:
+            found, converged = collect_digests(client, queue, replication=3)
+        replicas.update({f"{queue}/{p}": d for p, d in found.items()})
+        equal = equal and converged
+    report = check(ops, replicas, fifo_keys=True, dedup=False, partition_rank=rank)
+    done = [f for f in faults if not f.error and ": skipped" not in f.detail]
+    counts = {n: sum(1 for f in done if f.name == n) for n in dict.fromkeys(f.name for f in faults)}
+    sends = sum(1 for o in ops if o["f"] == "send" and o["type"] == "ok")
+    print(f"seed {seed}: {len(faults)} faults, done {counts}; {sends} sends ok")
+    for f in faults:
+        print(f"  [{f.start_s:6.1f}s] {f.name}: {f.detail} {f.error}")
+    print(report.render())
+    print(f"unfinished moves: {UNFINISHED}; replica digests equal: {equal}")
+    ok = report.ok and not report.warnings and equal and not UNFINISHED
+    ok = ok and not any(f.error for f in faults)
+    return Outcome(ok, faults, report, equal, counts, stuck)
+
+
+DEFAULT_NEMESES = "move,move-kill-manager,grow,kill-one"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chaos.move_campaign", description=__doc__)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of faults")
-    parser.add_argument("--nemesis", default="move,move-kill-manager")
+    parser.add_argument("--nemesis", default=DEFAULT_NEMESES, help=f"subset of {DEFAULT_NEMESES}")
     parser.add_argument("--dir", default="", help="data directory (default: a temporary one)")
     args = parser.parse_args(argv)
     nemeses = [n for n in args.nemesis.split(",") if n]
-    unknown = [n for n in nemeses if n not in ("move", "move-kill-manager")]
-    if unknown:
-        parser.error(f"unknown nemesis {unknown}; known: move, move-kill-manager")
+    unknown = [n for n in nemeses if n not in NEMESES]
+    if unknown or not nemeses:
+        parser.error(f"unknown nemesis {unknown}; known: {', '.join(NEMESES)}")
     if args.dir:
-        ok = run(args.seed, args.duration, Path(args.dir), nemeses)
+        ok = run(args.seed, args.duration, Path(args.dir), nemeses).ok
     else:
         with tempfile.TemporaryDirectory(prefix="raftq-moves-") as tmp:
-            ok = run(args.seed, args.duration, Path(tmp), nemeses)
+            ok = run(args.seed, args.duration, Path(tmp), nemeses).ok
     print("VALID" if ok else "INVALID")
     return 0 if ok else 1
 

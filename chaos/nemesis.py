@@ -396,6 +396,8 @@ class Schedule:
     fault_s: tuple[float, float] = (4.0, 10.0)
     calm_s: tuple[float, float] = (3.0, 6.0)
     faults: list[Fault] = field(default_factory=list)
+    # Nemeses of this schedule's own (a campaign over other targets), looked up first.
+    factories: dict[str, Callable[[], Nemesis]] = field(default_factory=dict)
 
     def run(self, ctx: Context, stop: threading.Event) -> list[Fault]:
         """Inject faults until ``duration_s`` is spent or ``stop`` is set; every fault
@@ -407,7 +409,8 @@ class Schedule:
         while not stop.wait(rng.uniform(*self.calm_s)) and time.monotonic() < end:
             if not order:
                 order = rng.sample(self.names, len(self.names))
-            nemesis = factory(order.pop())()
+            name = order.pop()
+            nemesis = (self.factories.get(name) or factory(name))()
             hold_s = min(rng.uniform(*self.fault_s), max(0.5, end - time.monotonic()))
             self._one(ctx, nemesis, hold_s, stop)
         return self.faults

@@ -1,0 +1,77 @@
+"""The split side of chaos/move_campaign.py: a second FIFO queue of the fleet.
+
+The manager places ``chaos-grows`` (2 partitions, replication 3) on c1 and it
+stays there; the ``grow`` nemesis splits it in place through c1's own
+UpdateQueue (``partitions`` + 2, as chaos.nemesis ``Grow``) while its own
+producers and consumers run. They go through c1's ``Client``, whose key
+partitioner follows the split ranges: ``ManagedClient`` places keys over the
+manager's per-partition mapping, which a split inside a cluster does not
+change (a split queue is not routable through the manager: docs/operations.md
+"Moving a queue between clusters", not built). The checker ranks this queue's
+partitions by their depth in the split tree (chaos.campaign ``split_ranks``),
+the move queue's by mapping version.
+
+``kill-one``: SIGKILL one node of c1 or c2 (seeded), restarted at the heal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from chaos.nemesis import Context, Grow, Nemesis
+
+GROW_QUEUE = "chaos-grows"
+GROW_CLUSTER = "c1"
+GROW_KEYS = [f"gkey-{i}" for i in range(12)]
+
+
+class FleetGrow(Nemesis):
+    """One split of the grow queue on its cluster; nothing to heal."""
+
+    name = "grow"
+
+    def inject(self, ctx: Context) -> str:
+        cluster = ctx.cluster.clusters[GROW_CLUSTER]  # type: ignore[attr-defined]
+        with cluster.client(timeout_s=20.0) as client:
+            on_it = dataclasses.replace(ctx, client=client, queue=GROW_QUEUE)
+            return f"{GROW_QUEUE} on {GROW_CLUSTER}: " + Grow().inject(on_it)
+
+    def heal(self, ctx: Context) -> None:
+        pass
+
+
+class FleetKillOne(Nemesis):
+    """SIGKILL one node of one cluster; heal: start it again."""
+
+    name = "kill-one"
+    victim: tuple[str, int] | None = None
+
+    def inject(self, ctx: Context) -> str:
+        clusters = ctx.cluster.clusters  # type: ignore[attr-defined]
+        name = ctx.rng.choice(sorted(clusters))
+        node = ctx.rng.randrange(clusters[name].nodes)
+        clusters[name].kill(node)
+        self.victim = (name, node)
+        return f"SIGKILL {name}/n{node + 1}"
+
+    def heal(self, ctx: Context) -> None:
+        if self.victim is not None:
+            name, node = self.victim
+            ctx.cluster.clusters[name].start(node)  # type: ignore[attr-defined]
+
+
+def create_grow_queue(managed: Any) -> None:
+    managed.create_queue(GROW_QUEUE, partitions=2, clusters=[GROW_CLUSTER], ordering="fifo",
+                         replication_factor=3)  # fmt: skip
+
+
+def grow_client(fleet: Any) -> Any:
+    """A client for the grow queue's producers and consumers: its cluster's own."""
+    return fleet.clusters[GROW_CLUSTER].client(timeout_s=20.0)
+
+
+def seen_grown(m: Any, _client: Any) -> dict[str, Any]:
+    """A delivery of the grow queue as the history records it (cluster-local partition)."""
+    return {"partition": m.partition, "offset": m.offset, "payload": m.body.decode(),
+            "key": m.key, "receipt": m.receipt}  # fmt: skip
