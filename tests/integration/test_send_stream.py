@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 import pytest
 
-from raft_queue import Client
+from raft_queue import Client, errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2, queue_pb2_grpc
 from raft_queue.testing.cluster import LocalCluster
 from tests.integration.test_delivery import module_cluster, wait_until
@@ -192,3 +192,30 @@ def test_a_stream_whose_node_dies_loses_and_repeats_no_acked_send(cluster, admin
         finally:
             cluster.start(index)
     assert [(m.body, m.offset) for m in got] == acked
+
+
+def test_each_send_on_a_stream_counts_as_a_send_in_the_rpc_metrics(cluster: Any) -> None:
+    """Dashboards and alerts on QueueService/Send keep working when the SDK
+    sends over its stream: every request counts with its own code."""
+    import urllib.request
+
+    def sends(code: str) -> float:
+        total = 0.0
+        for url in cluster.metrics_urls:
+            text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+            for line in text.splitlines():
+                if line.startswith("raftq_rpc_requests_total{") and (
+                    'method="QueueService/Send"' in line and f'code="{code}"' in line
+                ):
+                    total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    with cluster.client() as client:
+        client.create_queue("counted", 1)
+        ok_before, missing_before = sends("OK"), sends("NOT_FOUND")
+        for i in range(5):
+            client.send("counted", b"m%d" % i)
+        with pytest.raises(errors.NotFound):
+            client.send("no-such-queue", b"x")
+    assert sends("OK") - ok_before >= 5
+    assert sends("NOT_FOUND") - missing_before >= 1

@@ -62,6 +62,16 @@ def _finished(method: str, code: str) -> tuple[Any, Any]:
     return pair
 
 
+def count_request(method: str, code: int, seconds: float) -> None:
+    """One request that rode a stream (SendStream's sends), counted as its
+    unary method would be (``method``: ``QueueService/Send``; ``code``: the
+    status code's number, 0 for OK), so rates, errors and latency read the
+    same whichever way the SDK sent it."""
+    counter, histogram = _finished(method, str(_INT_CODES.get(code, "UNKNOWN")))
+    counter.inc()
+    histogram.observe(seconds)
+
+
 class _Call:
     """One call's bookkeeping (start time, in-flight gauge)."""
 
