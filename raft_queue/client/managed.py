@@ -23,6 +23,9 @@ partition ``i`` is partition ``local`` of the queue of the same name on
 - A NotFound from a cluster (the mapping moved on, or was forgotten) refreshes
   the mapping once and retries; nodes never forward to another cluster (a
   plain ``Client`` follows a node's redirect here: client/redirect.py).
+- After a move of only some partitions (``pinned`` in the mapping), the
+  source's queue keeps the moved partitions, fenced: bare bodies are then
+  pinned to their local partition too.
 - A queue being moved to another cluster (manager/moves.py) is fenced on its
   source: a send there is refused (PartitionSealed, nothing stored) and a
   receive finds nothing. A send then refreshes the mapping and waits, in
@@ -80,6 +83,7 @@ class Mapping_:
     bootstrap: dict[str, tuple[str, ...]]
     queues: dict[str, tuple[Home, ...]]
     configs: dict[str, Any]
+    pinned: frozenset[str] = frozenset()  # queues whose sends all go pinned (a partial move)
 
 
 class ManagedClient:
@@ -122,7 +126,8 @@ class ManagedClient:
             for q in answer.queues
         }
         configs = {q.name: config_from_pb(q.config) for q in answer.queues}
-        self._mapping = Mapping_(int(answer.version), bootstrap, queues, configs)
+        pinned = frozenset(q.name for q in answer.queues if q.pinned)
+        self._mapping = Mapping_(int(answer.version), bootstrap, queues, configs, pinned)
         return self._mapping.version
 
     @property
@@ -239,8 +244,10 @@ class ManagedClient:
                 if idx:
                     groups.append((cluster, idx))
 
+            pin = queue in self._mapping.pinned
+
             def send(cluster: str, idx: list[int]) -> None:
-                local = [_localized(pending[i], homes[placed[i]].local) for i in idx]
+                local = [_localized(pending[i], homes[placed[i]].local, pin) for i in idx]
                 got = self.client_for(cluster).send_batch(queue, local)
                 for i, r in zip(idx, got, strict=True):
                     results[i] = dataclasses.replace(r, partition=back[(cluster, r.partition)])
@@ -392,10 +399,16 @@ class ManagedClient:
         self.close()
 
 
-def _localized(m: OutgoingMessage | bytes | str, local: int) -> OutgoingMessage | bytes | str:
+def _localized(
+    m: OutgoingMessage | bytes | str, local: int, pin: bool = False
+) -> OutgoingMessage | bytes | str:
     """``m`` for its cluster: an OutgoingMessage pinned to its local partition,
-    a bare body as it is."""
-    return dataclasses.replace(m, partition=local) if isinstance(m, OutgoingMessage) else m
+    a bare body as it is (that cluster's round robin places it), unless
+    ``pin``: the cluster's queue has partitions the mapping does not name
+    (a partial move's fenced leftovers), so it is pinned too."""
+    if isinstance(m, OutgoingMessage):
+        return dataclasses.replace(m, partition=local)
+    return OutgoingMessage(m, partition=local) if pin else m
 
 
 def _clusters(homes: tuple[Home, ...]) -> list[str]:

@@ -61,7 +61,7 @@ def mapping_pb(queue: state.ManagedQueue) -> Any:
     homes = [manager_pb2.PartitionHome(cluster=h.cluster, local_partition=h.local)
              for h in queue.partitions]  # fmt: skip
     return manager_pb2.QueueMapping(
-        name=queue.name, partitions=homes, config=config_to_pb(queue.config)
+        name=queue.name, partitions=homes, config=config_to_pb(queue.config), pinned=queue.pinned
     )
 
 

@@ -63,6 +63,10 @@ class ManagedQueue:
     partitions: tuple[PartitionHome, ...]
     config: dict[str, Any] = field(hash=False)  # QueueSpec.to_dict(), partitions = global
     created_ms: int = 0
+    # Some cluster's queue holds partitions the mapping does not name (a
+    # partial move's fenced leftovers): clients pin every send to its local
+    # partition (client/managed.py), never leaving it to a cluster's round robin.
+    pinned: bool = False
 
     def clusters(self) -> list[str]:
         """The clusters holding a partition of this queue, in partition order."""
@@ -322,7 +326,10 @@ class ManagerMachine:
             partitions=parts, source_locals=locals_,
         )  # fmt: skip
         self._moves[cmd.queue] = move
-        self._bump(mapping=False)
+        queue = self._queues[cmd.queue]
+        if move.partitions and not queue.pinned:  # clients pin sends from the fence on
+            self._queues[cmd.queue] = replace(queue, pinned=True)
+        self._bump(mapping=bool(move.partitions) and not queue.pinned)
         return move
 
     def _SetMovePhase(self, cmd: move_state.SetMovePhase) -> move_state.QueueMove:  # noqa: N802

@@ -72,8 +72,11 @@ def test_bad_partial_moves_name_the_field_and_write_nothing(
 
 def test_a_partial_move_cuts_over_only_its_partitions_onto_the_targets_first_ones() -> None:
     m = placed_spread()
+    mapping = m.mapping_version
     move = m.apply(move_state.StartMove("orders", "c2", 5, (3, 1)))
     assert (move.partitions, move.source_locals, move.source) == ((1, 3), (1, 3), "c1")
+    # Clients learn at the fence that sends must be pinned (c1 keeps fenced partitions).
+    assert m.queue("orders").pinned and m.mapping_version == mapping + 1  # type: ignore[union-attr]
     mapping = m.mapping_version
     m.apply(move_state.SetMovePhase("orders", "starting", "fenced", 6))
     m.apply(move_state.FinishMove("orders", 7, 7))
@@ -94,6 +97,7 @@ def test_naming_every_partition_is_a_whole_move_and_a_spread_queues_part_can_mov
     m = placed_spread()
     whole = m.apply(move_state.StartMove("orders", "c2", 5, (0, 1, 2, 3)))
     assert (whole.partitions, whole.source_locals) == ((), ())
+    assert not m.queue("orders").pinned  # type: ignore[union-attr]
     m.apply(move_state.SetMovePhase("orders", "starting", "cancelling", 6))
     m.apply(move_state.SetMovePhase("orders", "cancelling", "cancelled", 7))
     part = m.apply(move_state.StartMove("wide", "c3", 8, (1, 3)))  # c2's share of 'wide'
@@ -119,3 +123,12 @@ def test_the_mover_copies_source_locals_to_the_targets_partitions_in_order() -> 
 def test_a_partial_start_move_round_trips_the_manager_log_codec() -> None:
     cmd = move_state.StartMove("q", "c2", 5, (2, 3))
     assert state.decode_command(state.encode_command(cmd)) == cmd
+
+
+def test_a_pinned_queues_bare_bodies_are_pinned_to_their_local_partition() -> None:
+    from raft_queue.client.managed import _localized
+    from raft_queue.client.models import OutgoingMessage
+
+    assert _localized(b"x", 1) == b"x"  # left to the cluster's round robin
+    assert _localized(b"x", 1, pin=True) == OutgoingMessage(b"x", partition=1)
+    assert _localized(OutgoingMessage(b"x", key="k"), 2).partition == 2

@@ -76,14 +76,16 @@ class PartitionHome(_message.Message):
     def __init__(self, cluster: _Optional[str] = ..., local_partition: _Optional[int] = ...) -> None: ...
 
 class QueueMapping(_message.Message):
-    __slots__ = ("name", "partitions", "config")
+    __slots__ = ("name", "partitions", "config", "pinned")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionHome]
     config: _queue_pb2.QueueConfig
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionHome, _Mapping]]] = ..., config: _Optional[_Union[_queue_pb2.QueueConfig, _Mapping]] = ...) -> None: ...
+    pinned: bool
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionHome, _Mapping]]] = ..., config: _Optional[_Union[_queue_pb2.QueueConfig, _Mapping]] = ..., pinned: _Optional[bool] = ...) -> None: ...
 
 class ManagedCreateQueueRequest(_message.Message):
     __slots__ = ("name", "config", "clusters")
