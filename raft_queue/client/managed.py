@@ -25,7 +25,10 @@ partition ``i`` is partition ``local`` of the queue of the same name on
   plain ``Client`` follows a node's redirect here: client/redirect.py).
 - After a move of only some partitions (``pinned`` in the mapping), the
   source's queue keeps the moved partitions, fenced: bare bodies are then
-  pinned to their local partition too.
+  pinned to their local partition too. The source keeps serving the rest,
+  so a receive learns of such a cut-over by asking the manager (on a thread
+  of its own, never waiting for it) whether the mapping moved on once its
+  copy is ``MAPPING_MAX_AGE_S`` old.
 - A queue being moved to another cluster (manager/moves.py) is fenced on its
   source: a send there is refused (PartitionSealed, nothing stored) and a
   receive finds nothing. A send then refreshes the mapping and waits, in
@@ -69,6 +72,11 @@ POLL_SLICE_MS = 200  # a long poll over several clusters waits this long on each
 SEND_THREADS = 8  # a batch's shares for different clusters are sent in parallel
 TLS_ARGUMENTS = ("tls", "ca_file", "cert_file", "key_file")  # to the manager too
 FENCE_POLL_S = 0.1  # a send to a queue fenced for a move asks for the new mapping this often
+# A receive asks the manager whether the mapping moved on when its copy is
+# older than this (GetMapping with the known version: "unchanged", or the
+# new mapping): a partial move's source keeps serving, so no error tells a
+# consumer that some partitions now live on another cluster.
+MAPPING_MAX_AGE_S = 1.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -110,6 +118,8 @@ class ManagedClient:
         self._clients: dict[str, tuple[tuple[str, ...], Client]] = {}
         self._lock = threading.Lock()
         self._mapping = Mapping_(0, {}, {}, {})
+        self._fetched_at = 0.0  # time.monotonic() of the last GetMapping
+        self._refreshing = False  # a refresh behind a receive is running
         self._round_robin = RoundRobin()
         self._turn = 0
         self._executor: ThreadPoolExecutor | None = None  # sends to several clusters at once
@@ -118,6 +128,7 @@ class ManagedClient:
     def refresh(self) -> int:
         """Fetch the mapping if it changed; its version."""
         answer = self.manager.get_mapping(self._mapping.version)
+        self._fetched_at = time.monotonic()
         if answer.unchanged:
             return self._mapping.version
         bootstrap = {c.name: tuple(c.bootstrap) for c in answer.clusters}
@@ -129,6 +140,25 @@ class ManagedClient:
         pinned = frozenset(q.name for q in answer.queues if q.pinned)
         self._mapping = Mapping_(int(answer.version), bootstrap, queues, configs, pinned)
         return self._mapping.version
+
+    def _refresh_behind(self) -> None:
+        """Refresh the mapping on a thread of its own (one at a time): a
+        receive goes on with the cached copy, never waiting on the manager
+        (a manager down must not stop the clusters' data plane)."""
+        with self._lock:
+            if self._refreshing:
+                return
+            self._refreshing = True
+
+        def run() -> None:
+            try:
+                self.refresh()
+            except Exception:  # the manager unreachable: the cached mapping serves on
+                self._fetched_at = time.monotonic()
+            finally:
+                self._refreshing = False
+
+        threading.Thread(target=run, name="managed-mapping", daemon=True).start()
 
     @property
     def mapping_version(self) -> int:
@@ -322,6 +352,8 @@ class ManagedClient:
                     return []
                 waits = [min(left_ms // len(order) + 1, POLL_SLICE_MS)]
 
+        if time.monotonic() - self._fetched_at > MAPPING_MAX_AGE_S:
+            self._refresh_behind()  # a partial move's cut-over raises nothing at the source
         return self._routed(queue, run)  # type: ignore[no-any-return]
 
     def ack(self, queue: str, receipts: Receipts) -> list[ReceiptResult]:

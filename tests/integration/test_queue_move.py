@@ -29,6 +29,7 @@ from raft_queue import errors
 from raft_queue.cli.main import main
 from raft_queue.client import OutgoingMessage
 from raft_queue.client.managed import ManagedClient
+from raft_queue.client.partitioner import partition_for_key
 from raft_queue.testing.cluster import LocalCluster
 from raft_queue.testing.managers import ManagerCluster
 
@@ -105,6 +106,7 @@ class Load:
     queue: str
     history: History = field(default_factory=History)
     sent_at: list[tuple[float, float]] = field(default_factory=list)  # (invoked, completed)
+    sent_keys: list[tuple[float, str]] = field(default_factory=list)  # (completed, key)
     stop_sends: threading.Event = field(default_factory=threading.Event)
     stop_receives: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
@@ -152,6 +154,7 @@ class Load:
                     continue
                 history.complete(op, "ok")
                 self.sent_at.append((began, time.monotonic()))
+                self.sent_keys.append((self.sent_at[-1][1], key))
             n += 1
         client.close()
 
@@ -218,6 +221,14 @@ class Load:
         producers' view of the move's unavailability), and the slowest send."""
         done = sorted(c for _, c in self.sent_at if start <= c <= end + 30)
         marks = [start, *done]
+        return max((b - a for a, b in zip(marks, marks[1:], strict=False)), default=0.0)
+
+    def longest_gap_of(self, keys: set[str], start: float, end: float) -> float:
+        """As ``longest_send_gap``, counting only sends of ``keys`` (their
+        partitions' view), up to the first send of them after ``end``."""
+        done = sorted(c for c, k in list(self.sent_keys) if k in keys and c >= start)
+        inside = [c for c in done if c <= end] + [c for c in done if c > end][:1]
+        marks = [start, *inside]
         return max((b - a for a, b in zip(marks, marks[1:], strict=False)), default=0.0)
 
 
@@ -431,3 +442,106 @@ def test_the_manager_leader_killed_mid_move_the_move_still_finishes(fleet: Fleet
     assert _stored_twice_on(load, "c2") == {}
     assert redone  # the path taken: the next leader dropped the partial copy
     assert time.monotonic() - killed_at < 400
+
+
+# ---- moving only some partitions (raftq queue move Q --to C --partitions 2,3) ---------------
+
+
+def test_two_of_four_partitions_moved_under_load_the_rest_never_stops_taking_sends(
+    fleet: Fleet,
+) -> None:
+    """A FIFO queue of 4 partitions on c1; partitions 2 and 3 move to c2
+    under load (producers of the moved partitions' keys apart from those of
+    the others, so a send waiting out the fence holds up no other key)."""
+    queue = "shards"
+    moved_keys = {k for k in KEYS if partition_for_key(k, 4) in (2, 3)}
+    kept_keys = set(KEYS) - moved_keys
+    assert moved_keys and kept_keys
+    with fleet.managed() as client:
+        client.create_queue(queue, partitions=4, clusters=["c1"], ordering="fifo",
+                            replication_factor=3, dedup_window_ms=600_000)  # fmt: skip
+        with fleet.c1.client() as c1:  # a consumer group's offsets, to be translated
+            c1.commit_offsets(queue, "audit", {p: 0 for p in range(4)})
+    load = Load(fleet, queue)
+    for keys in (sorted(kept_keys), sorted(moved_keys)):
+        for i in range(2):
+            load._spawn(load.produce, keys[i::2])
+    time.sleep(3)  # a backlog for the move to copy
+    load.start_consumers()
+    time.sleep(2)
+    began = time.monotonic()
+    argv = ("queue", "move", queue, "--to", "c2", "--partitions", "3,2", "--execute", "--json")
+    moved = fleet.raftq(*argv)
+    took = time.monotonic() - began
+    assert moved.exit_code == 0, moved.output
+    row = json.loads(moved.output)
+    assert row["phase"] == "done" and row["moved_partitions"] == [2, 3], row
+    time.sleep(3)  # sends and receives go on against both clusters
+    load.finish()
+    kept_gap = load.longest_gap_of(kept_keys, began, began + took)
+    moved_gap = load.longest_gap_of(moved_keys, began, began + took)
+    report = load.verdict("c1", "c2", 4)
+    sent, acked = load.sent_payloads(), load.acked_payloads()
+    print(f"partial move of {queue} [2,3]: {took:.2f} s (CLI), {row['copied']} copied; "
+          f"longest pause of sends: unmoved partitions {kept_gap:.2f} s, moved ones "
+          f"{moved_gap:.2f} s; {len(sent)} sent")  # fmt: skip
+    assert report.ok, report.to_json()
+    assert report.counts["lost"] == 0 and sent <= acked
+    assert row["copied"] > 0
+    assert kept_gap < 1.5 and kept_gap < moved_gap
+    assert _stored_twice_on(load, "c2") == {}
+    with fleet.managed() as client:
+        homes = [(h.cluster, h.local) for h in client.homes(queue)]
+        assert homes == [("c1", 0), ("c1", 1), ("c2", 0), ("c2", 1)]
+        for g in range(4):  # every global partition takes sends and gives them back
+            client.send(queue, f"to-{g}", key=f"probe-{g}", partition=g)
+        seen: dict[str, tuple[int, str]] = {}
+        deadline = time.monotonic() + 30
+        while len(seen) < 4 and time.monotonic() < deadline:
+            for m in client.receive(queue, max_messages=10, wait_ms=500):
+                seen[m.body.decode()] = (m.partition, m.receipt.partition("@")[0])
+                client.ack(queue, [m])
+        assert seen == {f"to-{g}": (g, homes[g][0]) for g in range(4)}, seen
+    with fleet.c2.client() as c2:
+        assert c2.get_queue(queue).config.partitions == 2
+        assert c2.get_queue(queue).config.ordering == "fifo"
+        assert set(c2.get_offsets(queue, "audit")) == {0, 1}
+    with fleet.c1.client() as c1, pytest.raises(errors.PartitionSealed):
+        c1.send(queue, "late", key="k", partition=2)  # the source keeps it, fenced
+    # The rest cannot follow to c2: its queue there cannot grow partitions.
+    rest = fleet.raftq("queue", "move", queue, "--to", "c2", "--partitions", "0,1", "--execute")
+    assert rest.exit_code != 0 and "to: cluster 'c2' already holds" in rest.output, rest.output
+
+
+def test_bad_partition_lists_are_refused_naming_the_field_and_change_nothing(
+    fleet: Fleet,
+) -> None:
+    with fleet.managed() as client:
+        client.create_queue("narrow", partitions=4, clusters=["c1"])
+        client.create_queue("wide", partitions=4, clusters=["c1", "c2"])  # 0,2 on c1; 1,3 c2
+    with fleet.managers.admin() as admin:
+        before = admin.get_mapping().version
+        moves = len(admin.move_status().moves)
+    with fleet.c2.client() as c2:
+        on_c2 = sorted(q.name for q in c2.list_queues())
+    move = ("queue", "move")
+    cases = [
+        ((*move, "narrow", "--to", "c2", "--partitions", "4"), "partitions: 4 is out of range"),
+        ((*move, "narrow", "--to", "c2", "--partitions", "1,1"), "partitions: names a partition"),
+        ((*move, "narrow", "--to", "c2", "--partitions", "x"), "--partitions"),
+        ((*move, "wide", "--to", "c2", "--partitions", "0,1"), "partitions: 'wide'"),
+        ((*move, "wide", "--to", "c2", "--partitions", "0,2"), "to: cluster 'c2' already holds"),
+        ((*move, "wide", "--to", "c2"), "queue: 'wide'"),  # the whole queue spans two
+    ]
+    for argv, said in cases:
+        for mode in ("--execute", "--dry-run"):
+            result = fleet.raftq(*argv, mode)
+            assert result.exit_code != 0 and said in result.output, (argv, result.output)
+    with fleet.managers.admin() as admin:
+        assert admin.get_mapping().version == before
+        assert len(admin.move_status().moves) == moves
+    with fleet.c2.client() as c2:
+        assert sorted(q.name for q in c2.list_queues()) == on_c2
+    with fleet.c1.client() as c1:  # nothing fenced
+        for p in range(4):
+            c1.send("narrow", f"p{p}", partition=p)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from raft_queue import errors
-from raft_queue.client.models import QueueConfig
+from raft_queue.client.models import OutgoingMessage, QueueConfig
 from raft_queue.core import metadata as meta
 from raft_queue.core.metadata import MetadataMachine
 from raft_queue.manager import move_state, state
@@ -127,8 +127,43 @@ def test_a_partial_start_move_round_trips_the_manager_log_codec() -> None:
 
 def test_a_pinned_queues_bare_bodies_are_pinned_to_their_local_partition() -> None:
     from raft_queue.client.managed import _localized
-    from raft_queue.client.models import OutgoingMessage
 
     assert _localized(b"x", 1) == b"x"  # left to the cluster's round robin
     assert _localized(b"x", 1, pin=True) == OutgoingMessage(b"x", partition=1)
     assert _localized(OutgoingMessage(b"x", key="k"), 2).partition == 2
+
+
+def test_a_receive_learns_a_partial_cut_over_from_the_mappings_age_without_waiting() -> None:
+    """The source of a partial move keeps serving, so nothing fails there: a
+    receive whose mapping is old refreshes it behind itself, and the next
+    receive visits the target. A slow manager holds no receive up."""
+    import threading
+    import time
+
+    from raft_queue.client.managed import Home, Mapping_
+    from tests.unit.test_managed_client import FakeCluster, managed
+
+    client, fakes = managed((Home("c1", 0), Home("c1", 1)))
+    fakes["c2"] = FakeCluster("c2", 1)
+    fakes["c2"].logs[0].append(OutgoingMessage(b"copied", "k"))
+    released = threading.Event()
+
+    def refresh() -> int:  # a slow manager naming the cut-over of global partition 1
+        released.wait(5)
+        bootstrap = {**client._mapping.bootstrap, "c2": ("127.0.0.1:3",)}
+        homes = (Home("c1", 0), Home("c2", 0))
+        client._mapping = Mapping_(2, bootstrap, {"q": homes}, {}, frozenset({"q"}))
+        client._fetched_at = time.monotonic()
+        return 2
+
+    client.refresh = refresh  # type: ignore[method-assign]
+    client._fetched_at = 0.0  # an old copy
+    began = time.monotonic()
+    assert client.receive("q", wait_ms=0) == []  # c1 has nothing; the manager is slow
+    assert time.monotonic() - began < 1.0
+    released.set()
+    deadline = time.monotonic() + 5
+    while client.mapping_version != 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    got = client.receive("q", wait_ms=0)
+    assert [m.body for m in got] == [b"copied"] and got[0].partition == 1
