@@ -217,16 +217,21 @@ def move(
 @queue.command("fence")
 @click.argument("name")
 @click.option("--undo", is_flag=True, help="Unfence: take sends and lease again.")
+@click.option("--partitions", "partitions", default="", callback=_partition_list,
+              help="Only these partitions of the queue on this cluster, e.g. 2,3 (a partial "
+              "move's fence). Default: the whole queue.")  # fmt: skip
 @click.pass_obj
-def fence(session: Session, name: str, undo: bool) -> None:
+def fence(session: Session, name: str, undo: bool, partitions: tuple[int, ...]) -> None:
     """On one cluster (--server): fence queue NAME as a move does (no sends,
     no leases; acks apply), or lift the fence. An operator's way out when a
     move left a queue fenced; the manager fences and unfences by itself."""
     if session.manager:
         raise click.UsageError("fence talks to one cluster: give --server, not --manager")
-    answer = session.client.fence_queue(name, not undo)
+    answer = session.client.fence_queue(name, not undo, partitions)
+    some = ",".join(str(p) for p in answer.fenced_partitions)
     click.echo(f"queue {name}: {'fenced' if answer.fenced else 'not fenced'} "
-               f"({answer.partitions} partition(s))")  # fmt: skip
+               f"({answer.partitions} partition(s)"
+               f"{'; partitions ' + some + ' fenced' if some else ''})")  # fmt: skip
 
 
 def _wait_move(admin: Any, name: str, timeout_s: float) -> dict[str, Any]:

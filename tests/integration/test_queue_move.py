@@ -510,11 +510,48 @@ def test_two_of_four_partitions_moved_under_load_the_rest_never_stops_taking_sen
         assert c2.get_queue(queue).config.partitions == 2
         assert c2.get_queue(queue).config.ordering == "fifo"
         assert set(c2.get_offsets(queue, "audit")) == {0, 1}
-    with fleet.c1.client() as c1, pytest.raises(errors.PartitionSealed):
-        c1.send(queue, "late", key="k", partition=2)  # the source keeps it, fenced
+    with fleet.c1.client() as c1:
+        with pytest.raises(errors.PartitionSealed):
+            c1.send(queue, "late", key="k", partition=2)  # the source keeps it, fenced
+        argv = ["--server", fleet.c1.bootstrap, "--token", fleet.c1.token]
+        undo = CliRunner().invoke(
+            main, [*argv, "queue", "fence", queue, "--partitions", "2", "--undo"]
+        )  # an operator's way out, one partition at a time
+        assert undo.exit_code == 0 and "partitions 3 fenced" in undo.output, undo.output
     # The rest cannot follow to c2: its queue there cannot grow partitions.
     rest = fleet.raftq("queue", "move", queue, "--to", "c2", "--partitions", "0,1", "--execute")
     assert rest.exit_code != 0 and "to: cluster 'c2' already holds" in rest.output, rest.output
+
+
+def test_a_cancelled_partial_move_unfences_only_its_partitions_and_drops_the_copy(
+    fleet: Fleet,
+) -> None:
+    total = 20_000
+    with fleet.managed() as client:
+        client.create_queue("undo-part", partitions=4, clusters=["c1"])
+        for start in range(0, total, 1000):
+            client.send_batch("undo-part", [OutgoingMessage(f"m{i}", partition=i % 4)
+                                            for i in range(start, start + 1000)])  # fmt: skip
+    argv = ("queue", "move", "undo-part", "--to", "c2", "--partitions", "1,2")
+    started = fleet.raftq(*argv, "--execute", "--no-wait")
+    assert started.exit_code == 0, started.output
+    _wait("fenced", lambda: _phase(fleet, "undo-part") == "fenced", 30)
+    with fleet.c1.client() as c1:
+        c1.send("undo-part", "kept", partition=0)  # the unmoved partitions take sends
+        with pytest.raises(errors.PartitionSealed):
+            c1.send("undo-part", "refused", partition=1)
+    cancelled = fleet.raftq("queue", "move", "undo-part", "cancel")
+    assert cancelled.exit_code == 0, cancelled.output
+    _wait("rolled back", lambda: _phase(fleet, "undo-part") == "cancelled", 60)
+    with fleet.managed() as client:
+        assert {h.cluster for h in client.homes("undo-part")} == {"c1"}
+        assert client.get_queue("undo-part").messages == total + 1
+    with fleet.c1.client() as c1:
+        _wait("unfenced", lambda: _sends(c1, "undo-part"), 20)
+        for p in range(4):
+            c1.send("undo-part", f"again-{p}", partition=p)
+    with fleet.c2.client() as c2:
+        _wait("copy dropped", lambda: "undo-part" not in {q.name for q in c2.list_queues()}, 20)
 
 
 def test_bad_partition_lists_are_refused_naming_the_field_and_change_nothing(
