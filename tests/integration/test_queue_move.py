@@ -401,11 +401,15 @@ def test_a_fifo_queue_moved_under_load_loses_nothing_and_keeps_per_key_order(
         c1.send(queue, "late", key="k", partition=0)  # the source keeps its queue, fenced
 
 
-def test_the_manager_leader_killed_mid_move_the_move_still_finishes(fleet: Fleet) -> None:
+@pytest.mark.parametrize("partitions", [(), (1,)], ids=["whole", "partial"])
+def test_the_manager_leader_killed_mid_move_the_move_still_finishes(
+    fleet: Fleet, partitions: tuple[int, ...]
+) -> None:
     """kill -9 of the manager leader while it copies: the next leader's watch
     finds the phase still ``fenced``, drops the partial copy on the target,
-    copies again and cuts over; nothing acked is lost, per-key order holds."""
-    queue = "jobs"
+    copies again and cuts over; nothing acked is lost, per-key order holds.
+    ``partial``: only global partition 1 of 2 moves (the same steps)."""
+    queue = "jobs-part" if partitions else "jobs"
     with fleet.managed() as client:
         client.create_queue(queue, partitions=2, clusters=["c1"], ordering="fifo")
     load = Load(fleet, queue)
@@ -415,7 +419,7 @@ def test_the_manager_leader_killed_mid_move_the_move_still_finishes(fleet: Fleet
     index = len(load.history.ops)
     admin = fleet.managers.admin()
     leader = admin.list_clusters().leader
-    admin.move_queue(queue, "c2")
+    admin.move_queue(queue, "c2", partitions=partitions)
     _wait("fenced", lambda: admin.move_status(queue).moves[0].phase == "fenced", 60)
     with fleet.c2.client() as c2:  # the copy has begun on the target
         _wait("copying", lambda: any(p.latest_offset for p in c2.partitions(queue)), 30)
@@ -440,6 +444,9 @@ def test_the_manager_leader_killed_mid_move_the_move_still_finishes(fleet: Fleet
     load.finish(240)
     report = load.verdict("c1", "c2", 2)
     assert phase == "done"
+    with fleet.managed() as client:
+        want = [("c1", 0), ("c2", 0)] if partitions else [("c2", 0), ("c2", 1)]
+        assert [(h.cluster, h.local) for h in client.homes(queue)] == want
     assert report.ok, report.to_json()
     assert report.counts["lost"] == 0 and load.sent_payloads() <= load.acked_payloads()
     assert _redelivered_from_target(load, "c2", index) == []
