@@ -145,12 +145,22 @@ def _move_row(m: Any) -> dict[str, Any]:
         "queue": m.queue, "source": m.source, "target": m.target, "phase": m.phase,
         "partitions": m.partitions, "messages": m.messages, "copied": m.copied,
         "started_ms": m.started_ms, "phase_ms": m.phase_ms, "finished_ms": m.finished_ms,
-        "error": m.error,
+        "error": m.error, "moved_partitions": list(m.moved_partitions),
     }  # fmt: skip
+
+
+def _partition_list(ctx: Any, param: Any, value: str) -> tuple[int, ...]:
+    """--partitions 2,3 -> (2, 3); range and repeats are the server's to check."""
+    try:
+        return tuple(int(p) for p in value.split(",") if p.strip()) if value else ()
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: comma-separated partition numbers") from None
 
 
 def _move_line(m: dict[str, Any]) -> str:
     line = f"queue {m['queue']}: {m['source']} -> {m['target']}  {m['phase']}"
+    if m["moved_partitions"]:  # a partial move
+        line += "  partitions " + ",".join(str(p) for p in m["moved_partitions"])
     if m["phase"] == "done":
         took = (m["finished_ms"] - m["started_ms"]) / 1000
         line += f"  ({m['copied']} message(s) copied in {took:.1f} s)"
@@ -161,6 +171,9 @@ def _move_line(m: dict[str, Any]) -> str:
 @click.argument("name")
 @click.argument("action", required=False, type=click.Choice(["status", "cancel"]))
 @click.option("--to", "to", default="", help="The cluster to move the queue to.")
+@click.option("--partitions", "partitions", default="", callback=_partition_list,
+              help="Move only these GLOBAL partitions, e.g. 2,3 (all on one cluster; the "
+              "target must not hold the queue yet). Default: the whole queue.")  # fmt: skip
 @click.option("--dry-run/--execute", "dry_run", default=True, show_default=True,
               help="Check and describe the move only (the default), or start it.")  # fmt: skip
 @click.option("--wait/--no-wait", "wait", default=True, show_default=True,
@@ -169,12 +182,14 @@ def _move_line(m: dict[str, Any]) -> str:
 @json_option
 @click.pass_obj
 def move(
-    session: Session, name: str, action: str | None, to: str, dry_run: bool, wait: bool,
-    timeout_s: float, as_json: bool,
+    session: Session, name: str, action: str | None, to: str, partitions: tuple[int, ...],
+    dry_run: bool, wait: bool, timeout_s: float, as_json: bool,
 ) -> None:  # fmt: skip
     """Move queue NAME to the cluster --to, online: create it there, fence the
-    source, copy what is not acked, cut the mapping over. ``status``: where the
-    move stands; ``cancel``: roll it back (before the cut-over only)."""
+    source, copy what is not acked, cut the mapping over. With --partitions,
+    only those partitions move (the rest keep serving on the source).
+    ``status``: where the move stands; ``cancel``: roll it back (before the
+    cut-over only)."""
     admin = _admin(session)
     if action == "status":
         rows = [_move_row(m) for m in admin.move_status(name).moves]
@@ -183,7 +198,7 @@ def move(
     else:
         if not to:
             raise click.UsageError("give the target cluster: --to CLUSTER")
-        rows = [_move_row(admin.move_queue(name, to, dry_run=dry_run))]
+        rows = [_move_row(admin.move_queue(name, to, dry_run=dry_run, partitions=partitions))]
         if not dry_run and wait:
             rows = [_wait_move(admin, name, timeout_s)]
     if as_json:
@@ -194,23 +209,28 @@ def move(
         if r["phase"] == "planned":
             click.echo(
                 f"  {r['partitions']} partition(s), {r['messages']} message(s) not acked now; "
-                "sends pause from the fence to the cut-over. Run with --execute."
+                "sends to them pause from the fence to the cut-over. Run with --execute."
             )
 
 
 @queue.command("fence")
 @click.argument("name")
 @click.option("--undo", is_flag=True, help="Unfence: take sends and lease again.")
+@click.option("--partitions", "partitions", default="", callback=_partition_list,
+              help="Only these partitions of the queue on this cluster, e.g. 2,3 (a partial "
+              "move's fence). Default: the whole queue.")  # fmt: skip
 @click.pass_obj
-def fence(session: Session, name: str, undo: bool) -> None:
+def fence(session: Session, name: str, undo: bool, partitions: tuple[int, ...]) -> None:
     """On one cluster (--server): fence queue NAME as a move does (no sends,
     no leases; acks apply), or lift the fence. An operator's way out when a
     move left a queue fenced; the manager fences and unfences by itself."""
     if session.manager:
         raise click.UsageError("fence talks to one cluster: give --server, not --manager")
-    answer = session.client.fence_queue(name, not undo)
+    answer = session.client.fence_queue(name, not undo, partitions)
+    some = ",".join(str(p) for p in answer.fenced_partitions)
     click.echo(f"queue {name}: {'fenced' if answer.fenced else 'not fenced'} "
-               f"({answer.partitions} partition(s))")  # fmt: skip
+               f"({answer.partitions} partition(s)"
+               f"{'; partitions ' + some + ' fenced' if some else ''})")  # fmt: skip
 
 
 def _wait_move(admin: Any, name: str, timeout_s: float) -> dict[str, Any]:

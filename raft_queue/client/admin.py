@@ -80,10 +80,11 @@ class AdminSurface:
         return self._run(_admin("SetManagedBy", req, mutating=False))
 
     # ---- moving a queue between clusters (manager/moves.py) ----------------------------
-    def fence_queue(self, queue: str, fenced: bool = True) -> Any:
+    def fence_queue(self, queue: str, fenced: bool = True, partitions: Sequence[int] = ()) -> Any:
         """Fence ``queue`` (no sends, no leases; acks still apply) or unfence it
-        (``FenceQueueResponse``: fenced, partitions)."""
-        return self._run(moving.fence_queue(queue, fenced))
+        (``FenceQueueResponse``: fenced, partitions, fenced_partitions);
+        ``partitions``: only these (a partial move)."""
+        return self._run(moving.fence_queue(queue, fenced, partitions))
 
     def export_partition(
         self, queue: str, partition: int, offset: int = 0, max_messages: int = 1000

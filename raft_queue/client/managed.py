@@ -23,6 +23,12 @@ partition ``i`` is partition ``local`` of the queue of the same name on
 - A NotFound from a cluster (the mapping moved on, or was forgotten) refreshes
   the mapping once and retries; nodes never forward to another cluster (a
   plain ``Client`` follows a node's redirect here: client/redirect.py).
+- After a move of only some partitions (``pinned`` in the mapping), the
+  source's queue keeps the moved partitions, fenced: bare bodies are then
+  pinned to their local partition too. The source keeps serving the rest,
+  so a receive learns of such a cut-over by asking the manager (on a thread
+  of its own, never waiting for it) whether the mapping moved on once its
+  copy is ``MAPPING_MAX_AGE_S`` old.
 - A queue being moved to another cluster (manager/moves.py) is fenced on its
   source: a send there is refused (PartitionSealed, nothing stored) and a
   receive finds nothing. A send then refreshes the mapping and waits, in
@@ -66,6 +72,11 @@ POLL_SLICE_MS = 200  # a long poll over several clusters waits this long on each
 SEND_THREADS = 8  # a batch's shares for different clusters are sent in parallel
 TLS_ARGUMENTS = ("tls", "ca_file", "cert_file", "key_file")  # to the manager too
 FENCE_POLL_S = 0.1  # a send to a queue fenced for a move asks for the new mapping this often
+# A receive asks the manager whether the mapping moved on when its copy is
+# older than this (GetMapping with the known version: "unchanged", or the
+# new mapping): a partial move's source keeps serving, so no error tells a
+# consumer that some partitions now live on another cluster.
+MAPPING_MAX_AGE_S = 1.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -80,6 +91,7 @@ class Mapping_:
     bootstrap: dict[str, tuple[str, ...]]
     queues: dict[str, tuple[Home, ...]]
     configs: dict[str, Any]
+    pinned: frozenset[str] = frozenset()  # queues whose sends all go pinned (a partial move)
 
 
 class ManagedClient:
@@ -106,6 +118,8 @@ class ManagedClient:
         self._clients: dict[str, tuple[tuple[str, ...], Client]] = {}
         self._lock = threading.Lock()
         self._mapping = Mapping_(0, {}, {}, {})
+        self._fetched_at = 0.0  # time.monotonic() of the last GetMapping
+        self._refreshing = False  # a refresh behind a receive is running
         self._round_robin = RoundRobin()
         self._turn = 0
         self._executor: ThreadPoolExecutor | None = None  # sends to several clusters at once
@@ -114,6 +128,7 @@ class ManagedClient:
     def refresh(self) -> int:
         """Fetch the mapping if it changed; its version."""
         answer = self.manager.get_mapping(self._mapping.version)
+        self._fetched_at = time.monotonic()
         if answer.unchanged:
             return self._mapping.version
         bootstrap = {c.name: tuple(c.bootstrap) for c in answer.clusters}
@@ -122,8 +137,28 @@ class ManagedClient:
             for q in answer.queues
         }
         configs = {q.name: config_from_pb(q.config) for q in answer.queues}
-        self._mapping = Mapping_(int(answer.version), bootstrap, queues, configs)
+        pinned = frozenset(q.name for q in answer.queues if q.pinned)
+        self._mapping = Mapping_(int(answer.version), bootstrap, queues, configs, pinned)
         return self._mapping.version
+
+    def _refresh_behind(self) -> None:
+        """Refresh the mapping on a thread of its own (one at a time): a
+        receive goes on with the cached copy, never waiting on the manager
+        (a manager down must not stop the clusters' data plane)."""
+        with self._lock:
+            if self._refreshing:
+                return
+            self._refreshing = True
+
+        def run() -> None:
+            try:
+                self.refresh()
+            except Exception:  # the manager unreachable: the cached mapping serves on
+                self._fetched_at = time.monotonic()
+            finally:
+                self._refreshing = False
+
+        threading.Thread(target=run, name="managed-mapping", daemon=True).start()
 
     @property
     def mapping_version(self) -> int:
@@ -239,8 +274,10 @@ class ManagedClient:
                 if idx:
                     groups.append((cluster, idx))
 
+            pin = queue in self._mapping.pinned
+
             def send(cluster: str, idx: list[int]) -> None:
-                local = [_localized(pending[i], homes[placed[i]].local) for i in idx]
+                local = [_localized(pending[i], homes[placed[i]].local, pin) for i in idx]
                 got = self.client_for(cluster).send_batch(queue, local)
                 for i, r in zip(idx, got, strict=True):
                     results[i] = dataclasses.replace(r, partition=back[(cluster, r.partition)])
@@ -315,6 +352,8 @@ class ManagedClient:
                     return []
                 waits = [min(left_ms // len(order) + 1, POLL_SLICE_MS)]
 
+        if time.monotonic() - self._fetched_at > MAPPING_MAX_AGE_S:
+            self._refresh_behind()  # a partial move's cut-over raises nothing at the source
         return self._routed(queue, run)  # type: ignore[no-any-return]
 
     def ack(self, queue: str, receipts: Receipts) -> list[ReceiptResult]:
@@ -392,10 +431,16 @@ class ManagedClient:
         self.close()
 
 
-def _localized(m: OutgoingMessage | bytes | str, local: int) -> OutgoingMessage | bytes | str:
+def _localized(
+    m: OutgoingMessage | bytes | str, local: int, pin: bool = False
+) -> OutgoingMessage | bytes | str:
     """``m`` for its cluster: an OutgoingMessage pinned to its local partition,
-    a bare body as it is."""
-    return dataclasses.replace(m, partition=local) if isinstance(m, OutgoingMessage) else m
+    a bare body as it is (that cluster's round robin places it), unless
+    ``pin``: the cluster's queue has partitions the mapping does not name
+    (a partial move's fenced leftovers), so it is pinned too."""
+    if isinstance(m, OutgoingMessage):
+        return dataclasses.replace(m, partition=local)
+    return OutgoingMessage(m, partition=local) if pin else m
 
 
 def _clusters(homes: tuple[Home, ...]) -> list[str]:

@@ -127,10 +127,15 @@ class ManagerAdmin:
         return self.call("GetMapping", request, mutating=False)
 
     # ---- moves between clusters ---------------------------------------------------------------
-    def move_queue(self, name: str, to: str, dry_run: bool = False) -> Any:
+    def move_queue(
+        self, name: str, to: str, dry_run: bool = False, partitions: Sequence[int] = ()
+    ) -> Any:
         """Start moving queue ``name`` to cluster ``to`` (``QueueMoveInfo``); with
-        ``dry_run``, check and describe it only."""
-        request = manager_pb2.MoveQueueRequest(name=name, to=to, dry_run=dry_run)
+        ``dry_run``, check and describe it only. ``partitions``: only these
+        GLOBAL partitions (all on one cluster); (): the whole queue."""
+        request = manager_pb2.MoveQueueRequest(
+            name=name, to=to, dry_run=dry_run, partitions=partitions
+        )
         return self.call("MoveQueue", request, mutating=not dry_run)
 
     def move_status(self, name: str = "") -> Any:

@@ -4,6 +4,7 @@ export one partition's records with their delivery state."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from raft_queue._proto.raft_queue.v1 import admin_pb2, queue_pb2
@@ -11,9 +12,10 @@ from raft_queue.client.calls import Call, Flow, partition_count
 from raft_queue.client.routing import PartitionLeaders, Router
 
 
-def fence_queue(queue: str, fenced: bool) -> Flow[Any]:
-    """FenceQueueResponse (fenced, partitions); on the metadata leader."""
-    request = admin_pb2.FenceQueueRequest(queue=queue, fenced=fenced)
+def fence_queue(queue: str, fenced: bool, partitions: Sequence[int] = ()) -> Flow[Any]:
+    """FenceQueueResponse (fenced, partitions, fenced_partitions); on the
+    metadata leader. ``partitions``: only these (a partial move); (): all."""
+    request = admin_pb2.FenceQueueRequest(queue=queue, fenced=fenced, partitions=partitions)
     response = yield Call("FenceQueue", request, admin=True, mutating=True, idempotent=True)
     return response
 

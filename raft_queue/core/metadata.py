@@ -286,7 +286,17 @@ class MetadataMachine(quotas.QuotasAndUsage):
         old = self._queue(cmd.name)
         if cmd.uid and cmd.uid != old.uid:
             raise errors.FailedPrecondition(f"queue {cmd.name!r} was re-created (uid)")
-        record = replace(old, fenced=cmd.fenced)
+        if not cmd.partitions:
+            record = replace(old, fenced=cmd.fenced, fenced_partitions=())
+        else:
+            for p in cmd.partitions:
+                if not 0 <= p < old.spec.partitions:
+                    raise errors.InvalidArgument(
+                        "partitions", f"{p} is out of range 0..{old.spec.partitions - 1}"
+                    )
+            parts = set(old.fenced_partitions)
+            parts = parts | set(cmd.partitions) if cmd.fenced else parts - set(cmd.partitions)
+            record = replace(old, fenced_partitions=tuple(sorted(parts)))
         if record != old:
             self._queues[cmd.name] = record
             self._changed()
@@ -518,7 +528,9 @@ class MetadataMachine(quotas.QuotasAndUsage):
                 {"name": q.name, "uid": q.uid, "created_ms": q.created_ms,
                  "spec": q.spec.to_dict(), "assignments": _plain(self._assignments[q.name]),
                  **({"ranges": splits.ranges_to_plain(q.ranges)} if q.ranges else {}),
-                 **({"fenced": True} if q.fenced else {})}
+                 **({"fenced": True} if q.fenced else {}),
+                 **({"fenced_partitions": list(q.fenced_partitions)}
+                    if q.fenced_partitions else {})}
                 for q in self.queues()
             ],
             "moves": [_plain_move(m) for m in self.moves()],
@@ -543,7 +555,13 @@ class MetadataMachine(quotas.QuotasAndUsage):
                 spec = QueueSpec.from_dict(q["spec"])
                 ranges = splits.ranges_from_plain(q.get("ranges", []))
                 machine._queues[q["name"]] = QueueRecord(
-                    q["name"], spec, q["uid"], q["created_ms"], ranges, bool(q.get("fenced"))
+                    q["name"],
+                    spec,
+                    q["uid"],
+                    q["created_ms"],
+                    ranges,
+                    bool(q.get("fenced")),
+                    tuple(int(p) for p in q.get("fenced_partitions", ())),
                 )
                 machine._assignments[q["name"]] = _typed("assignments", q["assignments"])
             for m in obj.get("moves", ()):

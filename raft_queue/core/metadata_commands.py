@@ -94,11 +94,12 @@ class FenceQueue:
     """Fence (or unfence) every partition of a queue for a move to another
     cluster (manager/moves.py): its leaders apply a Configure with ``fenced``,
     after which no Append applies and Lease leases nothing. ``uid`` fences a
-    re-created queue."""
+    re-created queue. ``partitions``: only these (a partial move); () = all."""
 
     name: str
     uid: int
     fenced: bool
+    partitions: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,7 +371,7 @@ def _typed(name: str, value: Any) -> Any:
         return tuple(DataKey(int(k), str(m), str(w)) for k, m, w in value)
     if name == "voters":
         return tuple((str(node), str(address)) for node, address in value)
-    if name == "parents":
+    if name in ("parents", "partitions"):  # partitions: FenceQueue's list
         return tuple(int(p) for p in value)
     if name == "operations":
         return tuple(str(op) for op in value)

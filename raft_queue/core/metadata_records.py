@@ -73,6 +73,11 @@ class QueueRecord:
     created_ms: int
     ranges: tuple[KeyRange, ...] = ()
     fenced: bool = False  # moving to another cluster: no sends, no leases (FenceQueue)
+    fenced_partitions: tuple[int, ...] = ()  # only these are fenced (a partial move)
+
+    def is_fenced(self, partition: int) -> bool:
+        """True if ``partition`` refuses sends and leases nothing (a move's fence)."""
+        return self.fenced or partition in self.fenced_partitions
 
     @property
     def layout(self) -> Layout:

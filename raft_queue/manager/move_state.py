@@ -20,7 +20,7 @@ one at a time keeps the fence windows apart.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from raft_queue import errors
 
@@ -47,6 +47,12 @@ class QueueMove:
     phase_ms: int  # when ``phase`` was entered (leader clock)
     copied: int = 0  # messages copied to the target (set at the cut-over)
     finished_ms: int = 0
+    # A partial move: the GLOBAL partitions moved (sorted) and their local
+    # indexes on the source; the target's queue has len(partitions)
+    # partitions, global partitions[i] becoming its partition i. () and ():
+    # the whole queue (the queue is fenced as a whole, local indexes kept).
+    partitions: tuple[int, ...] = ()
+    source_locals: tuple[int, ...] = ()
 
     @property
     def active(self) -> bool:
@@ -58,6 +64,7 @@ class StartMove:
     queue: str
     target: str
     now_ms: int
+    partitions: tuple[int, ...] = ()  # GLOBAL partitions; (): the whole queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +85,14 @@ class FinishMove:
     now_ms: int
 
 
-def check_move(machine: ManagerMachine, queue: str, target: str) -> str:
-    """The source cluster of a move of ``queue`` to ``target``; the errors
-    name the field (nothing is written when one is raised)."""
+def check_move(
+    machine: ManagerMachine, queue: str, target: str, partitions: tuple[int, ...] = ()
+) -> tuple[str, tuple[int, ...], tuple[int, ...]]:
+    """(source cluster, GLOBAL partitions moved, their source local indexes)
+    of a move of ``queue`` (or of its ``partitions`` only) to ``target``; both
+    tuples are () for a whole-queue move (``partitions`` naming every
+    partition is one). The errors name the field (nothing is written when
+    one is raised)."""
     if not queue:
         raise errors.InvalidArgument("queue", "a queue name is required")
     if not target:
@@ -91,12 +103,21 @@ def check_move(machine: ManagerMachine, queue: str, target: str) -> str:
     record = machine.cluster(target)
     if record is None:
         raise errors.NotFound(f"to: cluster {target!r} is not registered")
-    clusters = placed.clusters()
+    chosen = check_partitions(placed.partitions, partitions)
+    homes = [placed.partitions[g] for g in chosen]
+    clusters = list(dict.fromkeys(h.cluster for h in homes))
     if clusters == [target]:
         raise errors.InvalidArgument("to", f"queue {queue!r} is already on cluster {target!r}")
     if len(clusters) != 1:
+        field = "partitions" if partitions else "queue"
+        raise errors.InvalidArgument(
+            field, f"{queue!r}'s partitions {list(chosen)} live on clusters {clusters}; "
+            "a move takes partitions of one cluster: name them with --partitions",
+        )  # fmt: skip
+    if target in placed.clusters():
         raise errors.FailedPrecondition(
-            f"queue: {queue!r} spans clusters {clusters}; moving part of a queue is not built"
+            f"to: cluster {target!r} already holds partitions of {queue!r}; a move needs a "
+            "target without the queue (a cluster's queue cannot grow partitions)"
         )
     if record.draining:
         raise errors.FailedPrecondition(f"to: cluster {target!r} is draining")
@@ -109,7 +130,34 @@ def check_move(machine: ManagerMachine, queue: str, target: str) -> str:
             f"queue: a move is running ({m.queue} {m.source} -> {m.target}, {m.phase}); "
             "one at a time: wait for it or cancel it"
         )
-    return clusters[0]
+    if len(chosen) == len(placed.partitions):
+        return clusters[0], (), ()
+    return clusters[0], chosen, tuple(h.local for h in homes)
+
+
+def check_partitions(homes: tuple[Any, ...], partitions: tuple[int, ...]) -> tuple[int, ...]:
+    """The GLOBAL partitions a move names, sorted (every one when none is
+    named); InvalidArgument("partitions") when out of range or repeated."""
+    if not partitions:
+        return tuple(range(len(homes)))
+    for p in partitions:
+        if not 0 <= p < len(homes):
+            raise errors.InvalidArgument("partitions", f"{p} is out of range 0..{len(homes) - 1}")
+    if len(set(partitions)) != len(partitions):
+        raise errors.InvalidArgument("partitions", "names a partition twice")
+    return tuple(sorted(partitions))
+
+
+def homes_after(move: QueueMove, homes: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A queue's partition homes after ``move``'s cut-over: every one on the
+    target with its local index (a whole move), or the moved ones on the
+    target's partitions 0.. in order (a partial move), the rest unchanged."""
+    if not move.partitions:
+        return tuple(replace(h, cluster=move.target) for h in homes)
+    at = {g: i for i, g in enumerate(move.partitions)}
+    return tuple(
+        replace(h, cluster=move.target, local=at[g]) if g in at else h for g, h in enumerate(homes)
+    )
 
 
 def next_phase(move: QueueMove | None, cmd: SetMovePhase) -> QueueMove:

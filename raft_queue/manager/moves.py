@@ -116,12 +116,12 @@ class MoveWatch:
 
     def _start(self, move: move_state.QueueMove) -> None:
         with self.client(move.source) as src, self.client(move.target) as dst:
-            config = dataclasses.asdict(src.get_queue(move.queue).config)
+            config = _target_config(move, src.get_queue(move.queue).config)
             self._check_leader()
             if config.get("dead_letter_queue"):
                 self._ensure_dlq(src, dst, str(config["dead_letter_queue"]))
             dst.create_queue(move.queue, **config)
-            src.fence_queue(move.queue, True)
+            src.fence_queue(move.queue, True, move.source_locals)
 
     def _ensure_dlq(self, src: Any, dst: Any, dlq: str) -> None:
         """The target needs the queue's dead-letter queue (a queue names an
@@ -140,19 +140,16 @@ class MoveWatch:
         with self.client(move.source) as src, self.client(move.target) as dst:
             self._check_leader()
             with contextlib.suppress(errors.NotFound):  # deleted meanwhile: nothing to unfence
-                src.fence_queue(move.queue, False)
+                src.fence_queue(move.queue, False, move.source_locals)
             with contextlib.suppress(errors.NotFound):
                 dst.delete_queue(move.queue)
 
     def _copy(self, move: move_state.QueueMove) -> int:
         with self.client(move.source) as src, self.client(move.target) as dst:
-            config = src.get_queue(move.queue).config
-            count = int(config.partitions or 1)
-            self._fresh_target(dst, move.queue, dataclasses.asdict(config))
-            copied = 0
-            for p in range(count):
-                copied += self._copy_partition(src, dst, move.queue, p)
-            return copied
+            config = _target_config(move, src.get_queue(move.queue).config)
+            self._fresh_target(dst, move.queue, config)
+            pairs = _pairs(move, int(config["partitions"]))
+            return sum(self._copy_partition(src, dst, move.queue, s, t) for s, t in pairs)
 
     def _fresh_target(self, dst: Any, queue: str, config: dict[str, Any]) -> None:
         """An empty target queue: a copy cut short before (this leader's or a
@@ -185,9 +182,10 @@ class MoveWatch:
                 raise errors.Unavailable(f"{queue}[{partition}] has not applied its fence yet")
             time.sleep(0.1)
 
-    def _copy_partition(self, src: Any, dst: Any, queue: str, partition: int) -> int:
-        """Copy one partition's unfinished records in offset order; translate
-        its consumer groups' offsets. How many were copied."""
+    def _copy_partition(self, src: Any, dst: Any, queue: str, partition: int, to: int) -> int:
+        """Copy source ``partition``'s unfinished records in offset order to
+        the target's partition ``to``; translate its consumer groups'
+        offsets. How many were copied."""
         page = self._wait_fenced(src, queue, partition)
         at: list[tuple[int, int]] = []  # (source offset, target offset) of each copy
         groups = dict(page.group_offsets)
@@ -195,11 +193,11 @@ class MoveWatch:
             wanted = [e.message for e in page.messages if e.state not in SKIP_STATES]
             if wanted:
                 self._check_leader()
-                at += self._send(dst, queue, partition, wanted)
+                at += self._send(dst, queue, to, wanted)
             if not page.messages or page.next_offset >= page.latest_offset:
                 break
             page = src.export_partition(queue, partition, page.next_offset, EXPORT_CHUNK)
-        self._carry_offsets(dst, queue, partition, groups, at)
+        self._carry_offsets(dst, queue, to, groups, at)
         return len(at)
 
     def _send(self, dst: Any, queue: str, partition: int, messages: list[Any]) -> list[Any]:
@@ -221,6 +219,22 @@ class MoveWatch:
         for group, offset in groups.items():
             target = next((t for s, t in at if s >= offset), end)
             dst.commit_offsets(queue, group, {partition: target}, reset=True)
+
+
+def _target_config(move: move_state.QueueMove, source: Any) -> dict[str, Any]:
+    """The target queue's config: the source's, with as many partitions as
+    are moved (a partial move)."""
+    config = dataclasses.asdict(source)
+    if move.partitions:
+        config["partitions"] = len(move.partitions)
+    return config
+
+
+def _pairs(move: move_state.QueueMove, count: int) -> list[tuple[int, int]]:
+    """(source local partition, target partition) to copy, in order."""
+    if move.source_locals:
+        return list(zip(move.source_locals, range(len(move.source_locals)), strict=True))
+    return [(p, p) for p in range(count)]
 
 
 def _outgoing(m: Any, partition: int, keep_dedup: bool) -> OutgoingMessage:

@@ -61,7 +61,7 @@ def mapping_pb(queue: state.ManagedQueue) -> Any:
     homes = [manager_pb2.PartitionHome(cluster=h.cluster, local_partition=h.local)
              for h in queue.partitions]  # fmt: skip
     return manager_pb2.QueueMapping(
-        name=queue.name, partitions=homes, config=config_to_pb(queue.config)
+        name=queue.name, partitions=homes, config=config_to_pb(queue.config), pinned=queue.pinned
     )
 
 
@@ -69,7 +69,8 @@ def move_pb(move: move_state.QueueMove, error: str = "", partitions: int = 0) ->
     return manager_pb2.QueueMoveInfo(
         queue=move.queue, source=move.source, target=move.target, phase=move.phase,
         started_ms=move.started_ms, phase_ms=move.phase_ms, finished_ms=move.finished_ms,
-        copied=move.copied, partitions=partitions, error=error,
+        copied=move.copied, partitions=partitions or len(move.partitions), error=error,
+        moved_partitions=list(move.partitions),
     )  # fmt: skip
 
 
@@ -211,15 +212,19 @@ class ManagerService(manager_pb2_grpc.ManagerServiceServicer):
     # ---- moves between clusters (manager/moves.py) -------------------------------------------
     async def MoveQueue(self, request: Any, context: Any) -> Any:  # noqa: N802
         async def work() -> Any:
-            return await self.start_move(request.name, request.to, request.dry_run)
+            parts = tuple(int(p) for p in request.partitions)
+            return await self.start_move(request.name, request.to, request.dry_run, parts)
 
         return await self._serve(context, work)
 
-    async def start_move(self, name: str, to: str, dry_run: bool = False) -> Any:
-        """Check and start a move of ``name`` to cluster ``to`` (QueueMoveInfo);
-        the operator's MoveQueue and the rebalancer (manager/rebalance.py) both
-        come through here. Errors name the field; nothing is written then."""
-        source = move_state.check_move(self._node.view, name, to)
+    async def start_move(
+        self, name: str, to: str, dry_run: bool = False, partitions: tuple[int, ...] = ()
+    ) -> Any:
+        """Check and start a move of ``name`` (or of its GLOBAL ``partitions``
+        only) to cluster ``to`` (QueueMoveInfo); the operator's MoveQueue and
+        the rebalancer (manager/rebalance.py) both come through here. Errors
+        name the field; nothing is written then."""
+        source, parts, _ = move_state.check_move(self._node.view, name, to, partitions)
         info = await self._on_cluster(source, lambda c: c.get_queue(name))
         count = int(info.config.partitions or 1)
         if info.writable_partitions and info.writable_partitions != count:
@@ -231,13 +236,14 @@ class ManagerService(manager_pb2_grpc.ManagerServiceServicer):
                 f"to: cluster {to!r} already has a queue named {name!r} "
                 "(a queue moved away stays there, fenced: delete it on that cluster first)"
             )
+        moving = len(parts) or count
         if dry_run:
-            plan = move_state.QueueMove(name, source, to, "planned", 0, 0)
-            out = move_pb(plan, partitions=count)
-            out.messages = int(info.messages)
+            plan = move_state.QueueMove(name, source, to, "planned", 0, 0, partitions=parts)
+            out = move_pb(plan, partitions=moving)
+            out.messages = int(info.messages)  # the whole source queue's, moved or not
             return out
-        move = await self._node.submit(move_state.StartMove(name, to, _now_ms()))
-        return move_pb(move, partitions=count)
+        move = await self._node.submit(move_state.StartMove(name, to, _now_ms(), parts))
+        return move_pb(move, partitions=moving)
 
     async def MoveStatus(self, request: Any, context: Any) -> Any:  # noqa: N802
         async def work() -> Any:

@@ -63,6 +63,10 @@ class ManagedQueue:
     partitions: tuple[PartitionHome, ...]
     config: dict[str, Any] = field(hash=False)  # QueueSpec.to_dict(), partitions = global
     created_ms: int = 0
+    # Some cluster's queue holds partitions the mapping does not name (a
+    # partial move's fenced leftovers): clients pin every send to its local
+    # partition (client/managed.py), never leaving it to a cluster's round robin.
+    pinned: bool = False
 
     def clusters(self) -> list[str]:
         """The clusters holding a partition of this queue, in partition order."""
@@ -137,7 +141,9 @@ def decode_command(raw: bytes) -> ManagerCommand:
     cls = _COMMANDS[data.pop("t")]
     if "bootstrap" in data:
         data["bootstrap"] = tuple(data["bootstrap"])
-    if "partitions" in data:
+    if cls is move_state.StartMove:
+        data["partitions"] = tuple(int(p) for p in data.get("partitions", ()))
+    elif "partitions" in data:
         data["partitions"] = _homes(data["partitions"])
     return cls(**data)  # type: ignore[no-any-return]
 
@@ -314,12 +320,16 @@ class ManagerMachine:
 
     # ---- moves between clusters (manager/move_state.py) ---------------------------------
     def _StartMove(self, cmd: move_state.StartMove) -> move_state.QueueMove:  # noqa: N802
-        source = move_state.check_move(self, cmd.queue, cmd.target)
+        source, parts, locals_ = move_state.check_move(self, cmd.queue, cmd.target, cmd.partitions)
         move = move_state.QueueMove(
-            cmd.queue, source, cmd.target, "starting", cmd.now_ms, cmd.now_ms
-        )
+            cmd.queue, source, cmd.target, "starting", cmd.now_ms, cmd.now_ms,
+            partitions=parts, source_locals=locals_,
+        )  # fmt: skip
         self._moves[cmd.queue] = move
-        self._bump(mapping=False)
+        queue = self._queues[cmd.queue]
+        if move.partitions and not queue.pinned:  # clients pin sends from the fence on
+            self._queues[cmd.queue] = replace(queue, pinned=True)
+        self._bump(mapping=bool(move.partitions) and not queue.pinned)
         return move
 
     def _SetMovePhase(self, cmd: move_state.SetMovePhase) -> move_state.QueueMove:  # noqa: N802
@@ -329,14 +339,14 @@ class ManagerMachine:
         return move
 
     def _FinishMove(self, cmd: move_state.FinishMove) -> move_state.QueueMove:  # noqa: N802
-        """The cut-over: the queue's partitions are the target's from now on."""
+        """The cut-over: the queue's (moved) partitions are the target's from now on."""
         move = move_state.next_phase(
             self._moves.get(cmd.queue),
             move_state.SetMovePhase(cmd.queue, "fenced", "done", cmd.now_ms),
         )
         move = replace(move, copied=cmd.copied, finished_ms=cmd.now_ms)
         queue = self._queues[cmd.queue]
-        homes = tuple(PartitionHome(move.target, h.local) for h in queue.partitions)
+        homes = move_state.homes_after(move, queue.partitions)
         self._queues[cmd.queue] = replace(queue, partitions=homes)
         self._moves[cmd.queue] = move
         self._bump(mapping=True)
@@ -372,5 +382,7 @@ class ManagerMachine:
             q["partitions"] = _homes(q["partitions"])
             machine._queues[q["name"]] = ManagedQueue(**q)
         for m in data.get("moves", ()):
+            for name in ("partitions", "source_locals"):
+                m[name] = tuple(int(p) for p in m.get(name, ()))
             machine._moves[m["queue"]] = move_state.QueueMove(**m)
         return machine

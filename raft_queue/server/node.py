@@ -388,7 +388,9 @@ class Node:
             if q is not None and replica.durability != q.spec.durability:
                 replica.set_durability(q.spec.durability)
             if q is not None and replica.is_leader():
-                self._configure(key, replica, q.spec, q.sealed(key.partition), q.fenced)
+                self._configure(
+                    key, replica, q.spec, q.sealed(key.partition), q.is_fenced(key.partition)
+                )
 
     def ensure_configured(self, replica: PartitionReplica) -> None:
         """Before a command goes to a local leader: if its queue's current
@@ -398,7 +400,9 @@ class Node:
         key = self._keys.get(replica.key)
         q = self.view.queue(key.queue) if key is not None else None
         if key is not None and q is not None and q.uid == key.uid:
-            self._configure(key, replica, q.spec, q.sealed(key.partition), q.fenced)
+            self._configure(
+                key, replica, q.spec, q.sealed(key.partition), q.is_fenced(key.partition)
+            )
 
     def _configure(
         self,

@@ -29,6 +29,7 @@ from raft_queue import errors
 from raft_queue.cli.main import main
 from raft_queue.client import OutgoingMessage
 from raft_queue.client.managed import ManagedClient
+from raft_queue.client.partitioner import partition_for_key
 from raft_queue.testing.cluster import LocalCluster
 from raft_queue.testing.managers import ManagerCluster
 
@@ -105,6 +106,8 @@ class Load:
     queue: str
     history: History = field(default_factory=History)
     sent_at: list[tuple[float, float]] = field(default_factory=list)  # (invoked, completed)
+    sent_keys: list[tuple[float, str]] = field(default_factory=list)  # (completed, key)
+    stopped_at: float = 0.0  # when ``finish`` stopped the producers
     stop_sends: threading.Event = field(default_factory=threading.Event)
     stop_receives: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
@@ -152,6 +155,7 @@ class Load:
                     continue
                 history.complete(op, "ok")
                 self.sent_at.append((began, time.monotonic()))
+                self.sent_keys.append((self.sent_at[-1][1], key))
             n += 1
         client.close()
 
@@ -183,6 +187,7 @@ class Load:
     def finish(self, timeout_s: float = 120.0) -> None:
         """Stop sending, let the consumers take everything, stop them, drain."""
         self.stop_sends.set()
+        self.stopped_at = time.monotonic()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and not self.sent_payloads() <= self.acked_payloads():
             time.sleep(0.5)
@@ -218,6 +223,16 @@ class Load:
         producers' view of the move's unavailability), and the slowest send."""
         done = sorted(c for _, c in self.sent_at if start <= c <= end + 30)
         marks = [start, *done]
+        return max((b - a for a, b in zip(marks, marks[1:], strict=False)), default=0.0)
+
+    def longest_gap_of(self, keys: set[str], start: float, end: float) -> float:
+        """As ``longest_send_gap``, counting only sends of ``keys`` (their
+        partitions' view), up to the first send of them after ``end`` (or,
+        if none came, up to when the producers were stopped)."""
+        done = sorted(c for c, k in list(self.sent_keys) if k in keys and c >= start)
+        after = [c for c in done if c > end][:1] or [self.stopped_at or time.monotonic()]
+        inside = [c for c in done if c <= end] + after
+        marks = [start, *inside]
         return max((b - a for a, b in zip(marks, marks[1:], strict=False)), default=0.0)
 
 
@@ -386,11 +401,15 @@ def test_a_fifo_queue_moved_under_load_loses_nothing_and_keeps_per_key_order(
         c1.send(queue, "late", key="k", partition=0)  # the source keeps its queue, fenced
 
 
-def test_the_manager_leader_killed_mid_move_the_move_still_finishes(fleet: Fleet) -> None:
+@pytest.mark.parametrize("partitions", [(), (1,)], ids=["whole", "partial"])
+def test_the_manager_leader_killed_mid_move_the_move_still_finishes(
+    fleet: Fleet, partitions: tuple[int, ...]
+) -> None:
     """kill -9 of the manager leader while it copies: the next leader's watch
     finds the phase still ``fenced``, drops the partial copy on the target,
-    copies again and cuts over; nothing acked is lost, per-key order holds."""
-    queue = "jobs"
+    copies again and cuts over; nothing acked is lost, per-key order holds.
+    ``partial``: only global partition 1 of 2 moves (the same steps)."""
+    queue = "jobs-part" if partitions else "jobs"
     with fleet.managed() as client:
         client.create_queue(queue, partitions=2, clusters=["c1"], ordering="fifo")
     load = Load(fleet, queue)
@@ -400,7 +419,7 @@ def test_the_manager_leader_killed_mid_move_the_move_still_finishes(fleet: Fleet
     index = len(load.history.ops)
     admin = fleet.managers.admin()
     leader = admin.list_clusters().leader
-    admin.move_queue(queue, "c2")
+    admin.move_queue(queue, "c2", partitions=partitions)
     _wait("fenced", lambda: admin.move_status(queue).moves[0].phase == "fenced", 60)
     with fleet.c2.client() as c2:  # the copy has begun on the target
         _wait("copying", lambda: any(p.latest_offset for p in c2.partitions(queue)), 30)
@@ -425,9 +444,152 @@ def test_the_manager_leader_killed_mid_move_the_move_still_finishes(fleet: Fleet
     load.finish(240)
     report = load.verdict("c1", "c2", 2)
     assert phase == "done"
+    with fleet.managed() as client:
+        want = [("c1", 0), ("c2", 0)] if partitions else [("c2", 0), ("c2", 1)]
+        assert [(h.cluster, h.local) for h in client.homes(queue)] == want
     assert report.ok, report.to_json()
     assert report.counts["lost"] == 0 and load.sent_payloads() <= load.acked_payloads()
     assert _redelivered_from_target(load, "c2", index) == []
     assert _stored_twice_on(load, "c2") == {}
     assert redone  # the path taken: the next leader dropped the partial copy
     assert time.monotonic() - killed_at < 400
+
+
+# ---- moving only some partitions (raftq queue move Q --to C --partitions 2,3) ---------------
+
+
+def test_two_of_four_partitions_moved_under_load_the_rest_never_stops_taking_sends(
+    fleet: Fleet,
+) -> None:
+    """A FIFO queue of 4 partitions on c1; partitions 2 and 3 move to c2
+    under load (producers of the moved partitions' keys apart from those of
+    the others, so a send waiting out the fence holds up no other key)."""
+    queue = "shards"
+    moved_keys = {k for k in KEYS if partition_for_key(k, 4) in (2, 3)}
+    kept_keys = set(KEYS) - moved_keys
+    assert moved_keys and kept_keys
+    with fleet.managed() as client:
+        client.create_queue(queue, partitions=4, clusters=["c1"], ordering="fifo",
+                            replication_factor=3, dedup_window_ms=600_000)  # fmt: skip
+        with fleet.c1.client() as c1:  # a consumer group's offsets, to be translated
+            c1.commit_offsets(queue, "audit", {p: 0 for p in range(4)})
+    load = Load(fleet, queue)
+    for keys in (sorted(kept_keys), sorted(moved_keys)):
+        for i in range(2):
+            load._spawn(load.produce, keys[i::2])
+    time.sleep(3)  # a backlog for the move to copy
+    load.start_consumers()
+    time.sleep(2)
+    began = time.monotonic()
+    argv = ("queue", "move", queue, "--to", "c2", "--partitions", "3,2", "--execute", "--json")
+    moved = fleet.raftq(*argv)
+    took = time.monotonic() - began
+    assert moved.exit_code == 0, moved.output
+    row = json.loads(moved.output)
+    assert row["phase"] == "done" and row["moved_partitions"] == [2, 3], row
+    time.sleep(3)  # sends and receives go on against both clusters
+    load.finish()
+    kept_gap = load.longest_gap_of(kept_keys, began, began + took)
+    moved_gap = load.longest_gap_of(moved_keys, began, began + took)
+    report = load.verdict("c1", "c2", 4)
+    sent, acked = load.sent_payloads(), load.acked_payloads()
+    print(f"partial move of {queue} [2,3]: {took:.2f} s (CLI), {row['copied']} copied; "
+          f"longest pause of sends: unmoved partitions {kept_gap:.2f} s, moved ones "
+          f"{moved_gap:.2f} s; {len(sent)} sent")  # fmt: skip
+    assert kept_gap < 1.5 and kept_gap < moved_gap  # the rest of the queue kept serving
+    assert report.ok, report.to_json()
+    assert report.counts["lost"] == 0 and sent <= acked
+    assert row["copied"] > 0
+    assert _stored_twice_on(load, "c2") == {}
+    with fleet.managed() as client:
+        homes = [(h.cluster, h.local) for h in client.homes(queue)]
+        assert homes == [("c1", 0), ("c1", 1), ("c2", 0), ("c2", 1)]
+        for g in range(4):  # every global partition takes sends and gives them back
+            client.send(queue, f"to-{g}", key=f"probe-{g}", partition=g)
+        seen: dict[str, tuple[int, str]] = {}
+        deadline = time.monotonic() + 30
+        while len(seen) < 4 and time.monotonic() < deadline:
+            for m in client.receive(queue, max_messages=10, wait_ms=500):
+                seen[m.body.decode()] = (m.partition, m.receipt.partition("@")[0])
+                client.ack(queue, [m])
+        assert seen == {f"to-{g}": (g, homes[g][0]) for g in range(4)}, seen
+    with fleet.c2.client() as c2:
+        assert c2.get_queue(queue).config.partitions == 2
+        assert c2.get_queue(queue).config.ordering == "fifo"
+        assert set(c2.get_offsets(queue, "audit")) == {0, 1}
+    with fleet.c1.client() as c1:
+        with pytest.raises(errors.PartitionSealed):
+            c1.send(queue, "late", key="k", partition=2)  # the source keeps it, fenced
+        argv = ["--server", fleet.c1.bootstrap, "--token", fleet.c1.token]
+        undo = CliRunner().invoke(
+            main, [*argv, "queue", "fence", queue, "--partitions", "2", "--undo"]
+        )  # an operator's way out, one partition at a time
+        assert undo.exit_code == 0 and "partitions 3 fenced" in undo.output, undo.output
+    # The rest cannot follow to c2: its queue there cannot grow partitions.
+    rest = fleet.raftq("queue", "move", queue, "--to", "c2", "--partitions", "0,1", "--execute")
+    assert rest.exit_code != 0 and "to: cluster 'c2' already holds" in rest.output, rest.output
+
+
+def test_a_cancelled_partial_move_unfences_only_its_partitions_and_drops_the_copy(
+    fleet: Fleet,
+) -> None:
+    total = 20_000
+    with fleet.managed() as client:
+        client.create_queue("undo-part", partitions=4, clusters=["c1"])
+        for start in range(0, total, 1000):
+            client.send_batch("undo-part", [OutgoingMessage(f"m{i}", partition=i % 4)
+                                            for i in range(start, start + 1000)])  # fmt: skip
+    argv = ("queue", "move", "undo-part", "--to", "c2", "--partitions", "1,2")
+    started = fleet.raftq(*argv, "--execute", "--no-wait")
+    assert started.exit_code == 0, started.output
+    _wait("fenced", lambda: _phase(fleet, "undo-part") == "fenced", 30)
+    with fleet.c1.client() as c1:
+        c1.send("undo-part", "kept", partition=0)  # the unmoved partitions take sends
+        with pytest.raises(errors.PartitionSealed):
+            c1.send("undo-part", "refused", partition=1)
+    cancelled = fleet.raftq("queue", "move", "undo-part", "cancel")
+    assert cancelled.exit_code == 0, cancelled.output
+    _wait("rolled back", lambda: _phase(fleet, "undo-part") == "cancelled", 60)
+    with fleet.managed() as client:
+        assert {h.cluster for h in client.homes("undo-part")} == {"c1"}
+        assert client.get_queue("undo-part").messages == total + 1
+    with fleet.c1.client() as c1:
+        _wait("unfenced", lambda: _sends(c1, "undo-part"), 20)
+        for p in range(4):
+            c1.send("undo-part", f"again-{p}", partition=p)
+    with fleet.c2.client() as c2:
+        _wait("copy dropped", lambda: "undo-part" not in {q.name for q in c2.list_queues()}, 20)
+
+
+def test_bad_partition_lists_are_refused_naming_the_field_and_change_nothing(
+    fleet: Fleet,
+) -> None:
+    with fleet.managed() as client:
+        client.create_queue("narrow", partitions=4, clusters=["c1"])
+        client.create_queue("wide", partitions=4, clusters=["c1", "c2"])  # 0,2 on c1; 1,3 c2
+    with fleet.managers.admin() as admin:
+        before = admin.get_mapping().version
+        moves = len(admin.move_status().moves)
+    with fleet.c2.client() as c2:
+        on_c2 = sorted(q.name for q in c2.list_queues())
+    move = ("queue", "move")
+    cases = [
+        ((*move, "narrow", "--to", "c2", "--partitions", "4"), "partitions: 4 is out of range"),
+        ((*move, "narrow", "--to", "c2", "--partitions", "1,1"), "partitions: names a partition"),
+        ((*move, "narrow", "--to", "c2", "--partitions", "x"), "--partitions"),
+        ((*move, "wide", "--to", "c2", "--partitions", "0,1"), "partitions: 'wide'"),
+        ((*move, "wide", "--to", "c2", "--partitions", "0,2"), "to: cluster 'c2' already holds"),
+        ((*move, "wide", "--to", "c2"), "queue: 'wide'"),  # the whole queue spans two
+    ]
+    for argv, said in cases:
+        for mode in ("--execute", "--dry-run"):
+            result = fleet.raftq(*argv, mode)
+            assert result.exit_code != 0 and said in result.output, (argv, result.output)
+    with fleet.managers.admin() as admin:
+        assert admin.get_mapping().version == before
+        assert len(admin.move_status().moves) == moves
+    with fleet.c2.client() as c2:
+        assert sorted(q.name for q in c2.list_queues()) == on_c2
+    with fleet.c1.client() as c1:  # nothing fenced
+        for p in range(4):
+            c1.send("narrow", f"p{p}", partition=p)

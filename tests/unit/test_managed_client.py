@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 import pytest
@@ -52,6 +53,7 @@ def managed(homes: tuple[Home, ...]) -> tuple[ManagedClient, dict[str, FakeClust
     fakes = {c: FakeCluster(c, n) for c, n in counts.items()}
     bootstrap = {c: ("127.0.0.1:2",) for c in fakes}
     client._mapping = Mapping_(1, bootstrap, {"q": homes}, {})
+    client._fetched_at = time.monotonic() + 3600  # no age refresh behind receives here
     client.client_for = lambda cluster: fakes[cluster]  # type: ignore[method-assign,assignment,return-value]
     return client, fakes
 

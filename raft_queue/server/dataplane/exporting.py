@@ -40,13 +40,21 @@ class Exporter:
         self.c = cluster
 
     async def fence(self, request: Any) -> Any:
-        """Metadata leader: (un)fence every partition of ``request.queue``."""
+        """Metadata leader: (un)fence every partition of ``request.queue``, or
+        only ``request.partitions`` (a partial move)."""
         if not request.queue:
             raise errors.InvalidArgument("queue", "a queue name is required")
         q = self.c.node.queue_spec(request.queue)
-        cmd = meta.FenceQueue(q.name, q.uid, bool(request.fenced))
+        parts = tuple(int(p) for p in request.partitions)
+        if len(set(parts)) != len(parts):
+            raise errors.InvalidArgument("partitions", "names a partition twice")
+        cmd = meta.FenceQueue(q.name, q.uid, bool(request.fenced), parts)
         record = await self.c.node.submit_metadata(cmd)
-        return admin_pb2.FenceQueueResponse(fenced=record.fenced, partitions=record.spec.partitions)
+        return admin_pb2.FenceQueueResponse(
+            fenced=record.fenced,
+            partitions=record.spec.partitions,
+            fenced_partitions=list(record.fenced_partitions),
+        )
 
     async def export(self, request: Any, forwarded: bool) -> Any:
         q = self.c.node.queue_spec(request.queue)

@@ -608,20 +608,24 @@ class WithdrawPollResponse(_message.Message):
     def __init__(self, found: _Optional[bool] = ...) -> None: ...
 
 class FenceQueueRequest(_message.Message):
-    __slots__ = ("queue", "fenced")
+    __slots__ = ("queue", "fenced", "partitions")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     FENCED_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     queue: str
     fenced: bool
-    def __init__(self, queue: _Optional[str] = ..., fenced: _Optional[bool] = ...) -> None: ...
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, queue: _Optional[str] = ..., fenced: _Optional[bool] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class FenceQueueResponse(_message.Message):
-    __slots__ = ("fenced", "partitions")
+    __slots__ = ("fenced", "partitions", "fenced_partitions")
     FENCED_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    FENCED_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     fenced: bool
     partitions: int
-    def __init__(self, fenced: _Optional[bool] = ..., partitions: _Optional[int] = ...) -> None: ...
+    fenced_partitions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, fenced: _Optional[bool] = ..., partitions: _Optional[int] = ..., fenced_partitions: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class RotateQueueKeyRequest(_message.Message):
     __slots__ = ("queue",)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from raft_queue._proto.raft_queue.v1 import queue_pb2 as raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n-raft_queue/_proto/raft_queue/v1/manager.proto\x12\rraft_queue.v1\x1a+raft_queue/_proto/raft_queue/v1/queue.proto\"\xb0\x01\n\x0b\x43lusterInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tbootstrap\x18\x02 \x03(\t\x12\x0e\n\x06health\x18\x03 \x01(\t\x12\x0c\n\x04load\x18\x04 \x01(\x04\x12\x10\n\x08\x64raining\x18\x05 \x01(\x08\x12\x17\n\x0fhealth_since_ms\x18\x06 \x01(\x04\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12\x0e\n\x06queues\x18\x08 \x03(\t\x12\x17\n\x0fheat_msgs_per_s\x18\x14 \x01(\x01\"C\n\x11\x41\x64\x64\x43lusterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tbootstrap\x18\x02 \x03(\t\x12\r\n\x05token\x18\x03 \x01(\t\"$\n\x14RemoveClusterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"4\n\x13\x44rainClusterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07undrain\x18\x02 \x01(\x08\"\x15\n\x13ListClustersRequest\"e\n\x14ListClustersResponse\x12,\n\x08\x63lusters\x18\x01 \x03(\x0b\x32\x1a.raft_queue.v1.ClusterInfo\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x0e\n\x06leader\x18\x03 \x01(\t\"9\n\rPartitionHome\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x17\n\x0flocal_partition\x18\x02 \x01(\r\"z\n\x0cQueueMapping\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\npartitions\x18\x02 \x03(\x0b\x32\x1c.raft_queue.v1.PartitionHome\x12*\n\x06\x63onfig\x18\x03 \x01(\x0b\x32\x1a.raft_queue.v1.QueueConfig\"g\n\x19ManagedCreateQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12*\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1a.raft_queue.v1.QueueConfig\x12\x10\n\x08\x63lusters\x18\x03 \x03(\t\"^\n\x11PlaceQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x63luster\x18\x02 \x01(\t\x12*\n\x06\x63onfig\x18\x03 \x01(\x0b\x32\x1a.raft_queue.v1.QueueConfig\"\"\n\x12\x46orgetQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"*\n\x11GetMappingRequest\x12\x15\n\rknown_version\x18\x01 \x01(\x04\"\x93\x01\n\x12GetMappingResponse\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x11\n\tunchanged\x18\x02 \x01(\x08\x12,\n\x08\x63lusters\x18\x03 \x03(\x0b\x32\x1a.raft_queue.v1.ClusterInfo\x12+\n\x06queues\x18\x04 \x03(\x0b\x32\x1b.raft_queue.v1.QueueMapping\"=\n\x10MoveQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\n\n\x02to\x18\x02 \x01(\t\x12\x0f\n\x07\x64ry_run\x18\x03 \x01(\x08\"\xcd\x01\n\rQueueMoveInfo\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x0e\n\x06target\x18\x03 \x01(\t\x12\r\n\x05phase\x18\x04 \x01(\t\x12\x12\n\nstarted_ms\x18\x05 \x01(\x04\x12\x10\n\x08phase_ms\x18\x06 \x01(\x04\x12\x13\n\x0b\x66inished_ms\x18\x07 \x01(\x04\x12\x0e\n\x06\x63opied\x18\x08 \x01(\x04\x12\x12\n\npartitions\x18\t \x01(\r\x12\x10\n\x08messages\x18\n \x01(\x04\x12\r\n\x05\x65rror\x18\x0b \x01(\t\"!\n\x11MoveStatusRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"A\n\x12MoveStatusResponse\x12+\n\x05moves\x18\x01 \x03(\x0b\x32\x1c.raft_queue.v1.QueueMoveInfo\"&\n\x16\x43\x61ncelQueueMoveRequest\x12\x0c\n\x04name\x18\x01 \x01(\t2\x93\x07\n\x0eManagerService\x12J\n\nAddCluster\x12 .raft_queue.v1.AddClusterRequest\x1a\x1a.raft_queue.v1.ClusterInfo\x12P\n\rRemoveCluster\x12#.raft_queue.v1.RemoveClusterRequest\x1a\x1a.raft_queue.v1.ClusterInfo\x12N\n\x0c\x44rainCluster\x12\".raft_queue.v1.DrainClusterRequest\x1a\x1a.raft_queue.v1.ClusterInfo\x12W\n\x0cListClusters\x12\".raft_queue.v1.ListClustersRequest\x1a#.raft_queue.v1.ListClustersResponse\x12T\n\x0b\x43reateQueue\x12(.raft_queue.v1.ManagedCreateQueueRequest\x1a\x1b.raft_queue.v1.QueueMapping\x12K\n\nPlaceQueue\x12 .raft_queue.v1.PlaceQueueRequest\x1a\x1b.raft_queue.v1.QueueMapping\x12M\n\x0b\x46orgetQueue\x12!.raft_queue.v1.ForgetQueueRequest\x1a\x1b.raft_queue.v1.QueueMapping\x12Q\n\nGetMapping\x12 .raft_queue.v1.GetMappingRequest\x1a!.raft_queue.v1.GetMappingResponse\x12J\n\tMoveQueue\x12\x1f.raft_queue.v1.MoveQueueRequest\x1a\x1c.raft_queue.v1.QueueMoveInfo\x12Q\n\nMoveStatus\x12 .raft_queue.v1.MoveStatusRequest\x1a!.raft_queue.v1.MoveStatusResponse\x12V\n\x0f\x43\x61ncelQueueMove\x12%.raft_queue.v1.CancelQueueMoveRequest\x1a\x1c.raft_queue.v1.QueueMoveInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n-raft_queue/_proto/raft_queue/v1/manager.proto\x12\rraft_queue.v1\x1a+raft_queue/_proto/raft_queue/v1/queue.proto\"\xb0\x01\n\x0b\x43lusterInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tbootstrap\x18\x02 \x03(\t\x12\x0e\n\x06health\x18\x03 \x01(\t\x12\x0c\n\x04load\x18\x04 \x01(\x04\x12\x10\n\x08\x64raining\x18\x05 \x01(\x08\x12\x17\n\x0fhealth_since_ms\x18\x06 \x01(\x04\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12\x0e\n\x06queues\x18\x08 \x03(\t\x12\x17\n\x0fheat_msgs_per_s\x18\x14 \x01(\x01\"C\n\x11\x41\x64\x64\x43lusterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tbootstrap\x18\x02 \x03(\t\x12\r\n\x05token\x18\x03 \x01(\t\"$\n\x14RemoveClusterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"4\n\x13\x44rainClusterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07undrain\x18\x02 \x01(\x08\"\x15\n\x13ListClustersRequest\"e\n\x14ListClustersResponse\x12,\n\x08\x63lusters\x18\x01 \x03(\x0b\x32\x1a.raft_queue.v1.ClusterInfo\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x0e\n\x06leader\x18\x03 \x01(\t\"9\n\rPartitionHome\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x17\n\x0flocal_partition\x18\x02 \x01(\r\"\x8a\x01\n\x0cQueueMapping\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\npartitions\x18\x02 \x03(\x0b\x32\x1c.raft_queue.v1.PartitionHome\x12*\n\x06\x63onfig\x18\x03 \x01(\x0b\x32\x1a.raft_queue.v1.QueueConfig\x12\x0e\n\x06pinned\x18\x04 \x01(\x08\"g\n\x19ManagedCreateQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12*\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1a.raft_queue.v1.QueueConfig\x12\x10\n\x08\x63lusters\x18\x03 \x03(\t\"^\n\x11PlaceQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x63luster\x18\x02 \x01(\t\x12*\n\x06\x63onfig\x18\x03 \x01(\x0b\x32\x1a.raft_queue.v1.QueueConfig\"\"\n\x12\x46orgetQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"*\n\x11GetMappingRequest\x12\x15\n\rknown_version\x18\x01 \x01(\x04\"\x93\x01\n\x12GetMappingResponse\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x11\n\tunchanged\x18\x02 \x01(\x08\x12,\n\x08\x63lusters\x18\x03 \x03(\x0b\x32\x1a.raft_queue.v1.ClusterInfo\x12+\n\x06queues\x18\x04 \x03(\x0b\x32\x1b.raft_queue.v1.QueueMapping\"Q\n\x10MoveQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\n\n\x02to\x18\x02 \x01(\t\x12\x0f\n\x07\x64ry_run\x18\x03 \x01(\x08\x12\x12\n\npartitions\x18\x04 \x03(\r\"\xe7\x01\n\rQueueMoveInfo\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x0e\n\x06target\x18\x03 \x01(\t\x12\r\n\x05phase\x18\x04 \x01(\t\x12\x12\n\nstarted_ms\x18\x05 \x01(\x04\x12\x10\n\x08phase_ms\x18\x06 \x01(\x04\x12\x13\n\x0b\x66inished_ms\x18\x07 \x01(\x04\x12\x0e\n\x06\x63opied\x18\x08 \x01(\x04\x12\x12\n\npartitions\x18\t \x01(\r\x12\x10\n\x08messages\x18\n \x01(\x04\x12\r\n\x05\x65rror\x18\x0b \x01(\t\x12\x18\n\x10moved_partitions\x18\x0c \x03(\r\"!\n\x11MoveStatusRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"A\n\x12MoveStatusResponse\x12+\n\x05moves\x18\x01 \x03(\x0b\x32\x1c.raft_queue.v1.QueueMoveInfo\"&\n\x16\x43\x61ncelQueueMoveRequest\x12\x0c\n\x04name\x18\x01 \x01(\t2\x93\x07\n\x0eManagerService\x12J\n\nAddCluster\x12 .raft_queue.v1.AddClusterRequest\x1a\x1a.raft_queue.v1.ClusterInfo\x12P\n\rRemoveCluster\x12#.raft_queue.v1.RemoveClusterRequest\x1a\x1a.raft_queue.v1.ClusterInfo\x12N\n\x0c\x44rainCluster\x12\".raft_queue.v1.DrainClusterRequest\x1a\x1a.raft_queue.v1.ClusterInfo\x12W\n\x0cListClusters\x12\".raft_queue.v1.ListClustersRequest\x1a#.raft_queue.v1.ListClustersResponse\x12T\n\x0b\x43reateQueue\x12(.raft_queue.v1.ManagedCreateQueueRequest\x1a\x1b.raft_queue.v1.QueueMapping\x12K\n\nPlaceQueue\x12 .raft_queue.v1.PlaceQueueRequest\x1a\x1b.raft_queue.v1.QueueMapping\x12M\n\x0b\x46orgetQueue\x12!.raft_queue.v1.ForgetQueueRequest\x1a\x1b.raft_queue.v1.QueueMapping\x12Q\n\nGetMapping\x12 .raft_queue.v1.GetMappingRequest\x1a!.raft_queue.v1.GetMappingResponse\x12J\n\tMoveQueue\x12\x1f.raft_queue.v1.MoveQueueRequest\x1a\x1c.raft_queue.v1.QueueMoveInfo\x12Q\n\nMoveStatus\x12 .raft_queue.v1.MoveStatusRequest\x1a!.raft_queue.v1.MoveStatusResponse\x12V\n\x0f\x43\x61ncelQueueMove\x12%.raft_queue.v1.CancelQueueMoveRequest\x1a\x1c.raft_queue.v1.QueueMoveInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -46,28 +46,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTCLUSTERSRESPONSE']._serialized_end=573
   _globals['_PARTITIONHOME']._serialized_start=575
   _globals['_PARTITIONHOME']._serialized_end=632
-  _globals['_QUEUEMAPPING']._serialized_start=634
-  _globals['_QUEUEMAPPING']._serialized_end=756
-  _globals['_MANAGEDCREATEQUEUEREQUEST']._serialized_start=758
-  _globals['_MANAGEDCREATEQUEUEREQUEST']._serialized_end=861
-  _globals['_PLACEQUEUEREQUEST']._serialized_start=863
-  _globals['_PLACEQUEUEREQUEST']._serialized_end=957
-  _globals['_FORGETQUEUEREQUEST']._serialized_start=959
-  _globals['_FORGETQUEUEREQUEST']._serialized_end=993
-  _globals['_GETMAPPINGREQUEST']._serialized_start=995
-  _globals['_GETMAPPINGREQUEST']._serialized_end=1037
-  _globals['_GETMAPPINGRESPONSE']._serialized_start=1040
-  _globals['_GETMAPPINGRESPONSE']._serialized_end=1187
-  _globals['_MOVEQUEUEREQUEST']._serialized_start=1189
-  _globals['_MOVEQUEUEREQUEST']._serialized_end=1250
-  _globals['_QUEUEMOVEINFO']._serialized_start=1253
-  _globals['_QUEUEMOVEINFO']._serialized_end=1458
-  _globals['_MOVESTATUSREQUEST']._serialized_start=1460
-  _globals['_MOVESTATUSREQUEST']._serialized_end=1493
-  _globals['_MOVESTATUSRESPONSE']._serialized_start=1495
-  _globals['_MOVESTATUSRESPONSE']._serialized_end=1560
-  _globals['_CANCELQUEUEMOVEREQUEST']._serialized_start=1562
-  _globals['_CANCELQUEUEMOVEREQUEST']._serialized_end=1600
-  _globals['_MANAGERSERVICE']._serialized_start=1603
-  _globals['_MANAGERSERVICE']._serialized_end=2518
+  _globals['_QUEUEMAPPING']._serialized_start=635
+  _globals['_QUEUEMAPPING']._serialized_end=773
+  _globals['_MANAGEDCREATEQUEUEREQUEST']._serialized_start=775
+  _globals['_MANAGEDCREATEQUEUEREQUEST']._serialized_end=878
+  _globals['_PLACEQUEUEREQUEST']._serialized_start=880
+  _globals['_PLACEQUEUEREQUEST']._serialized_end=974
+  _globals['_FORGETQUEUEREQUEST']._serialized_start=976
+  _globals['_FORGETQUEUEREQUEST']._serialized_end=1010
+  _globals['_GETMAPPINGREQUEST']._serialized_start=1012
+  _globals['_GETMAPPINGREQUEST']._serialized_end=1054
+  _globals['_GETMAPPINGRESPONSE']._serialized_start=1057
+  _globals['_GETMAPPINGRESPONSE']._serialized_end=1204
+  _globals['_MOVEQUEUEREQUEST']._serialized_start=1206
+  _globals['_MOVEQUEUEREQUEST']._serialized_end=1287
+  _globals['_QUEUEMOVEINFO']._serialized_start=1290
+  _globals['_QUEUEMOVEINFO']._serialized_end=1521
+  _globals['_MOVESTATUSREQUEST']._serialized_start=1523
+  _globals['_MOVESTATUSREQUEST']._serialized_end=1556
+  _globals['_MOVESTATUSRESPONSE']._serialized_start=1558
+  _globals['_MOVESTATUSRESPONSE']._serialized_end=1623
+  _globals['_CANCELQUEUEMOVEREQUEST']._serialized_start=1625
+  _globals['_CANCELQUEUEMOVEREQUEST']._serialized_end=1663
+  _globals['_MANAGERSERVICE']._serialized_start=1666
+  _globals['_MANAGERSERVICE']._serialized_end=2581
 # @@protoc_insertion_point(module_scope)

@@ -76,14 +76,16 @@ class PartitionHome(_message.Message):
     def __init__(self, cluster: _Optional[str] = ..., local_partition: _Optional[int] = ...) -> None: ...
 
 class QueueMapping(_message.Message):
-    __slots__ = ("name", "partitions", "config")
+    __slots__ = ("name", "partitions", "config", "pinned")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionHome]
     config: _queue_pb2.QueueConfig
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionHome, _Mapping]]] = ..., config: _Optional[_Union[_queue_pb2.QueueConfig, _Mapping]] = ...) -> None: ...
+    pinned: bool
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionHome, _Mapping]]] = ..., config: _Optional[_Union[_queue_pb2.QueueConfig, _Mapping]] = ..., pinned: _Optional[bool] = ...) -> None: ...
 
 class ManagedCreateQueueRequest(_message.Message):
     __slots__ = ("name", "config", "clusters")
@@ -130,17 +132,19 @@ class GetMappingResponse(_message.Message):
     def __init__(self, version: _Optional[int] = ..., unchanged: _Optional[bool] = ..., clusters: _Optional[_Iterable[_Union[ClusterInfo, _Mapping]]] = ..., queues: _Optional[_Iterable[_Union[QueueMapping, _Mapping]]] = ...) -> None: ...
 
 class MoveQueueRequest(_message.Message):
-    __slots__ = ("name", "to", "dry_run")
+    __slots__ = ("name", "to", "dry_run", "partitions")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TO_FIELD_NUMBER: _ClassVar[int]
     DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     name: str
     to: str
     dry_run: bool
-    def __init__(self, name: _Optional[str] = ..., to: _Optional[str] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., to: _Optional[str] = ..., dry_run: _Optional[bool] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class QueueMoveInfo(_message.Message):
-    __slots__ = ("queue", "source", "target", "phase", "started_ms", "phase_ms", "finished_ms", "copied", "partitions", "messages", "error")
+    __slots__ = ("queue", "source", "target", "phase", "started_ms", "phase_ms", "finished_ms", "copied", "partitions", "messages", "error", "moved_partitions")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
@@ -152,6 +156,7 @@ class QueueMoveInfo(_message.Message):
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    MOVED_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     queue: str
     source: str
     target: str
@@ -163,7 +168,8 @@ class QueueMoveInfo(_message.Message):
     partitions: int
     messages: int
     error: str
-    def __init__(self, queue: _Optional[str] = ..., source: _Optional[str] = ..., target: _Optional[str] = ..., phase: _Optional[str] = ..., started_ms: _Optional[int] = ..., phase_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., copied: _Optional[int] = ..., partitions: _Optional[int] = ..., messages: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+    moved_partitions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, queue: _Optional[str] = ..., source: _Optional[str] = ..., target: _Optional[str] = ..., phase: _Optional[str] = ..., started_ms: _Optional[int] = ..., phase_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., copied: _Optional[int] = ..., partitions: _Optional[int] = ..., messages: _Optional[int] = ..., error: _Optional[str] = ..., moved_partitions: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class MoveStatusRequest(_message.Message):
     __slots__ = ("name",)
