@@ -23,7 +23,12 @@ Threads: any thread may call ``send``; a stream carries one request at a
 time (its ``busy`` lock). Timeouts: a watchdog thread (one per client,
 started with the first stream) cancels a stream whose request has passed its
 deadline, as a unary call's deadline would end it; it wakes every
-``WATCH_S`` while streams are open.
+``WATCH_S`` while streams are open, and ends when none is. Idle streams: a
+stream with nothing sent for ``IDLE_S`` is closed, since a node counts an
+open stream as a call in progress (``limits.max_concurrent_rpcs``,
+server/api/concurrency.py) for as long as it stays open: a producer that
+went quiet must not hold one of them (nor the node's coroutine and HTTP/2
+stream). The next send opens a new one (one call set-up).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from raft_queue.client.routing import Router
 from raft_queue.errors import OutcomeUnknown
 
 WATCH_S = 0.05  # how late a timed-out stream attempt may end
+IDLE_S = 10.0  # a stream unused this long is closed
 
 
 class _Stream:
@@ -49,7 +55,9 @@ class _Stream:
     def __init__(self, stub: Any, metadata: Any) -> None:
         self.busy = threading.Lock()
         self.deadline = 0.0  # monotonic; 0: nothing in flight
+        self.used = time.monotonic()  # when the last request ended
         self.timed_out = False
+        self.closed = False
         self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._answers = stub.SendStream(self._requests(), metadata=metadata)
 
@@ -66,8 +74,10 @@ class _Stream:
             return next(self._answers)
         finally:
             self.deadline = 0.0
+            self.used = time.monotonic()
 
     def close(self) -> None:
+        self.closed = True
         self._outbox.put(None)
         self._answers.cancel()
 
@@ -75,8 +85,9 @@ class _Stream:
 class SendStreams:
     """The client's SendStreams, one per node address."""
 
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: Router, idle_s: float | None = None) -> None:
         self._router = router
+        self._idle_s = IDLE_S if idle_s is None else idle_s
         self._lock = threading.Lock()
         self._streams: dict[str, _Stream] = {}
         self._unsupported: set[str] = set()  # nodes that answered UNIMPLEMENTED
@@ -89,6 +100,9 @@ class SendStreams:
         Raises the QueueError of the request, or of a broken stream."""
         stream = self._stream(address)
         if stream is None or not stream.busy.acquire(blocking=False):
+            return None
+        if stream.closed:  # closed idle after we found it: nothing was sent
+            stream.busy.release()
             return None
         try:
             answer = stream.call(request, timeout_s)
@@ -142,19 +156,26 @@ class SendStreams:
         stream.close()
 
     def _watch(self) -> None:
-        """Cancel streams whose request is past its deadline, until closed."""
+        """Cancel streams whose request is past its deadline and close idle
+        ones, until the client is closed or no stream is open."""
         while True:
             time.sleep(WATCH_S)
             with self._lock:
-                if self._closed:
+                if self._closed or not self._streams:
+                    self._watchdog = None
                     return
-                streams = list(self._streams.values())
+                streams = list(self._streams.items())
             now = time.monotonic()
-            for stream in streams:
+            for address, stream in streams:
                 deadline = stream.deadline
                 if deadline and now > deadline:
                     stream.timed_out = True
                     stream.close()
+                elif now - stream.used > self._idle_s and stream.busy.acquire(blocking=False):
+                    try:  # busy held: no send can start on it while it closes
+                        self._drop(address, stream)
+                    finally:
+                        stream.busy.release()
 
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}

@@ -108,6 +108,7 @@ class FakeCluster:
             self.break_streams = 0  # SendStream requests to store, then break the stream on
             self.streams_opened: list[int] = []  # node of each SendStream opened
             self.streamed: list[tuple[int, bytes]] = []  # (node, request id) sent on a stream
+            self.streams_ended: list[int] = []  # node of each SendStream that ended
         return self
 
     def stop(self) -> None:
@@ -160,6 +161,13 @@ class FakeCluster:
             context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
         with self.lock:
             self.streams_opened.append(node)
+        try:
+            yield from self._stream_answers(node, requests, context)
+        finally:
+            with self.lock:
+                self.streams_ended.append(node)
+
+    def _stream_answers(self, node: int, requests, context):
         for request in requests:
             try:
                 answer = queue_pb2.SendStreamResponse(response=self._apply(node, "Send", request))

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from raft_queue import Client, errors
+from raft_queue.client import send_stream
 from tests.unit.test_client import FakeCluster
 
 
@@ -128,6 +129,26 @@ def test_a_closed_client_closes_its_streams(cluster):
     client.close()
     with pytest.raises(errors.FailedPrecondition):
         client.send("q", b"y")
+
+
+def test_an_idle_stream_is_closed_and_the_next_send_opens_another(cluster, monkeypatch):
+    """A node counts an open stream as a call in progress: a quiet producer
+    must not hold one of its max_concurrent_rpcs."""
+    monkeypatch.setattr(send_stream, "IDLE_S", 0.3)
+    cluster.add_queue("q")
+    time.sleep(0.2)  # streams of earlier tests' closed clients end meanwhile
+    cluster.streams_ended.clear()
+    with Client(cluster.addresses[0], timeout_s=5.0) as client:
+        client.send("q", b"a")
+        client.send("q", b"b")  # within IDLE_S: the same stream
+        assert cluster.streams_opened == [0]
+        deadline = time.monotonic() + 5.0
+        while not cluster.streams_ended and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert cluster.streams_ended == [0]  # closed by the client, idle
+        assert client.send("q", b"c").offset == 2
+        assert cluster.streams_opened == [0, 0]
+        assert len(cluster.streamed) == 3  # every send still rode a stream
 
 
 def test_a_send_stuck_on_the_stream_times_out_and_the_stream_is_replaced(cluster):
