@@ -95,14 +95,21 @@ def wait_identical_replicas(client: Any, queue: str, timeout_s: float = 60.0) ->
     """Poll until every replica of every partition has the same digest."""
     deadline = time.monotonic() + timeout_s
     last: dict[int, set[str]] = {}
+    seen: list[str] = []  # each replica's state, for the failure's message
     while time.monotonic() < deadline:
         status = client.cluster_status(include_digests=True)
         digests: dict[int, set[str]] = {}
         counts: dict[int, int] = {}
+        seen = []
         for r in status.replicas:
             if r.queue == queue:
                 digests.setdefault(r.partition, set()).add(r.digest)
                 counts[r.partition] = counts.get(r.partition, 0) + 1
+                seen.append(
+                    f"p{r.partition}@{r.node}: {r.role} term {r.term} commit {r.commit_index}"
+                    f" applied {r.last_applied} next_offset {r.next_offset} {r.digest[:12]}"
+                    + (f" failed: {r.failure}" if r.failure else "")
+                )
         if (
             digests
             and all(len(d) == 1 for d in digests.values())
@@ -111,7 +118,8 @@ def wait_identical_replicas(client: Any, queue: str, timeout_s: float = 60.0) ->
             return digests
         last = digests
         time.sleep(0.5)
-    raise AssertionError(f"replicas still differ after {timeout_s}s: {last}")
+    replicas = "\n  ".join(sorted(seen))
+    raise AssertionError(f"replicas still differ after {timeout_s}s: {last}\n  {replicas}")
 
 
 def wait_for(pred: Callable[[], bool], timeout_s: float = 30.0) -> None:
