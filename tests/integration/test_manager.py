@@ -17,6 +17,8 @@ from raft_queue import errors
 from raft_queue.cli.main import main
 from raft_queue.client import Client, OutgoingMessage
 from raft_queue.client.managed import ManagedClient
+from raft_queue.client.models import layout_from_infos
+from raft_queue.client.partitioner import partition_for_key
 from raft_queue.testing.cluster import LocalCluster
 from raft_queue.testing.fleet import LocalFleet
 
@@ -550,6 +552,21 @@ def test_a_managed_fifo_queue_split_in_its_cluster_under_load_keeps_per_key_orde
     assert [p for p, n in stored.items() if n > 1] == []  # nothing stored twice
     assert {op["partition"] for op in ok_sends if op["value"] in after_first} & {2, 3}
     assert {op["partition"] for op in ok_sends if op["value"] in after_second} & {4, 5}
+    # Sends made after the second split returned were placed by its key ranges:
+    # on the key's child, or on its parent while the parent's own log had not
+    # applied the seal yet (a stale map's send is taken there, before the
+    # seal, and so delivered before the child's: the gate keeps the order).
+    final = layout_from_infos(list(infos.values()))
+
+    def line(p: int) -> set[int]:  # p and its ancestors
+        return {p} | (line(infos[p].parent) if infos[p].parent >= 0 else set())
+
+    placed = [(op["partition"], partition_for_key(op["key"], final)) for op in ok_sends
+              if op["value"] in after_second]  # fmt: skip
+    assert [(p, want) for p, want in placed if p not in line(want)] == []
+    on_child = sum(p == want for p, want in placed)
+    print(f"{len(placed)} sends after the split on c1: {on_child} on the key's child")
+    assert on_child > len(placed) / 2
     # The manager learnt the split it forwarded (4 homes on c1); the one made
     # on c1 directly it learns from the next update through it.
     with fleet.managers.admin() as admin:
