@@ -30,15 +30,15 @@ partition ``i`` is partition ``local`` of the queue of the same name on
   of its own, never waiting for it) whether the mapping moved on once its
   copy is ``MAPPING_MAX_AGE_S`` old.
 - A queue whole on one cluster (global ``i`` = local ``i`` there, no partial
-  move's leftovers: core/managed_homes.py) is handed to
-  that cluster's ``Client`` whole: it places messages (its key partitioner
-  follows the key ranges of a split, client/partitioner.py) and numbers
-  partitions, children of a split included; global numbers are then that
-  cluster's. So a split inside the cluster (``update_queue(Q,
-  partitions=N)``, forwarded by the manager, or made on the cluster
-  directly) is followed at once, and a FIFO key's messages in a child wait
-  for the parent's (the cluster's gate). A queue spanning clusters cannot be
-  split (the manager refuses it, naming ``partitions``).
+  move's leftovers: core/managed_homes.py) is handed to that cluster's
+  ``Client``: it places messages (its key partitioner follows the key ranges
+  of a split, client/partitioner.py) and numbers partitions, a split's
+  children included, so global numbers are that cluster's. A split inside
+  the cluster (``update_queue(Q, partitions=N)``, which the manager
+  forwards, or one made on the cluster directly) is followed at once, and a
+  FIFO key's messages in a child wait for the parent's (the cluster's gate).
+  Receipts keep their cluster prefix. A queue spanning clusters is not split
+  (the manager refuses it, naming ``partitions``).
 - A queue being moved to another cluster (manager/moves.py) is fenced on its
   source: a send there is refused (PartitionSealed, nothing stored) and a
   receive finds nothing. A send then refreshes the mapping and waits, in
