@@ -144,3 +144,20 @@ def test_a_pinned_queue_is_still_placed_by_the_manager_over_its_mapped_partition
     assert fakes["c1"].turn == 0  # no bare body was left to the cluster's round robin
     with pytest.raises(errors.InvalidArgument):
         client.read("q", 2)  # beyond the mapping: only a whole queue reads a child
+
+
+def test_the_move_campaign_ranks_records_by_placement_epoch_not_by_any_mapping_bump() -> None:
+    """chaos/move_campaign.py: a mapping bump of another queue (a split through
+    the manager) must not split one partition's records into two; a cut-over
+    to another cluster starts a new epoch ranked after the first."""
+    from chaos.move_campaign import QUEUE, by_placement, ranks
+
+    def got(tag: str, offset: int) -> dict[str, Any]:
+        record = {"partition": f"{tag}/0", "offset": offset, "payload": f"p{offset}"}
+        return {"f": "receive", "type": "ok", "queue": QUEUE, "value": [record]}
+
+    ops = [got("v5:c1", 1), got("v6:c1", 2), got("v8:c2", 0), got("v9:c2", 1), got("v11:c1", 0)]
+    named = [op["value"][0]["partition"] for op in by_placement(ops)]
+    assert named == ["e1:c1/0", "e1:c1/0", "e2:c2/0", "e2:c2/0", "e3:c1/0"]
+    assert ranks(by_placement(ops)) == {(QUEUE, "e1:c1/0"): 1, (QUEUE, "e2:c2/0"): 2,
+                                        (QUEUE, "e3:c1/0"): 3}  # fmt: skip
