@@ -1,15 +1,15 @@
 """The split side of chaos/move_campaign.py: a second FIFO queue of the fleet.
 
 The manager places ``chaos-grows`` (2 partitions, replication 3) on c1 and it
-stays there; the ``grow`` nemesis splits it in place through c1's own
-UpdateQueue (``partitions`` + 2, as chaos.nemesis ``Grow``) while its own
-producers and consumers run. They go through c1's ``Client``, whose key
-partitioner follows the split ranges: ``ManagedClient`` places keys over the
-manager's per-partition mapping, which a split inside a cluster does not
-change (a split queue is not routable through the manager: docs/operations.md
-"Moving a queue between clusters", not built). The checker ranks this queue's
-partitions by their depth in the split tree (chaos.campaign ``split_ranks``),
-the move queue's by mapping version.
+stays there; the ``grow`` nemesis splits it in place (``partitions`` + 2, as
+chaos.nemesis ``Grow``), in turn through the manager (``ManagedClient.
+update_queue``: the manager forwards it to c1 and records the grown mapping)
+and through c1's own UpdateQueue (the manager is not told), while its own
+producers and consumers run through ``ManagedClient``, which hands a queue
+whole on one cluster to that cluster's ``Client``, whose key partitioner
+follows the split ranges (docs/operations.md "Splits of a managed queue").
+The checker ranks this queue's partitions by their depth in the split tree
+(chaos.campaign ``split_ranks``), the move queue's by mapping version.
 
 ``kill-one``: SIGKILL one node of c1 or c2 (seeded), restarted at the heal.
 """
@@ -27,15 +27,22 @@ GROW_KEYS = [f"gkey-{i}" for i in range(12)]
 
 
 class FleetGrow(Nemesis):
-    """One split of the grow queue on its cluster; nothing to heal."""
+    """One split of the grow queue: through the manager, then on its cluster,
+    in turn; nothing to heal."""
 
     name = "grow"
+    turn = 0
 
     def inject(self, ctx: Context) -> str:
-        cluster = ctx.cluster.clusters[GROW_CLUSTER]  # type: ignore[attr-defined]
-        with cluster.client(timeout_s=20.0) as client:
+        FleetGrow.turn += 1
+        if FleetGrow.turn % 2:
+            via, client = "the manager", ctx.cluster.managed(timeout_s=20.0)  # type: ignore[attr-defined]
+        else:
+            via = GROW_CLUSTER
+            client = ctx.cluster.clusters[GROW_CLUSTER].client(timeout_s=20.0)  # type: ignore[attr-defined]
+        with client:
             on_it = dataclasses.replace(ctx, client=client, queue=GROW_QUEUE)
-            return f"{GROW_QUEUE} on {GROW_CLUSTER}: " + Grow().inject(on_it)
+            return f"{GROW_QUEUE} on {GROW_CLUSTER} via {via}: " + Grow().inject(on_it)
 
     def heal(self, ctx: Context) -> None:
         pass
@@ -67,11 +74,13 @@ def create_grow_queue(managed: Any) -> None:
 
 
 def grow_client(fleet: Any) -> Any:
-    """A client for the grow queue's producers and consumers: its cluster's own."""
-    return fleet.clusters[GROW_CLUSTER].client(timeout_s=20.0)
+    """A client for the grow queue's producers and consumers: a ManagedClient
+    (the queue is whole on c1, so it follows the splits)."""
+    return fleet.managed(timeout_s=20.0)
 
 
 def seen_grown(m: Any, _client: Any) -> dict[str, Any]:
-    """A delivery of the grow queue as the history records it (cluster-local partition)."""
+    """A delivery of the grow queue as the history records it (its partition
+    is c1's: the queue is whole there)."""
     return {"partition": m.partition, "offset": m.offset, "payload": m.body.decode(),
             "key": m.key, "receipt": m.receipt}  # fmt: skip

@@ -206,14 +206,41 @@ def _seen(m: Any, version: int) -> dict[str, Any]:
             "payload": m.body.decode(), "key": m.key, "receipt": m.receipt}  # fmt: skip
 
 
-def ranks(ops: list[Any]) -> dict[tuple[str, Any], int]:
-    """Each recorded placement's rank: its mapping version (moves only raise it)."""
-    out: dict[tuple[str, Any], int] = {}
+def _records(ops: list[Any]) -> list[dict[str, Any]]:
+    return [r for op in ops if op["f"] in ("receive", "drain", "ack") and op["type"] == "ok"
+            and op["queue"] == QUEUE for r in op["value"] or []]  # fmt: skip
+
+
+def by_placement(ops: list[Any]) -> list[Any]:
+    """``ops`` with the move queue's records renamed from the mapping version
+    their client used (``v6:c1/0``) to the queue's placement epoch
+    (``e2:c1/0``): the versions in order, a new epoch each time the queue's
+    cluster changes (a cut-over). The mapping version also moves for other
+    queues (a split through the manager records the grow queue's new
+    partitions), which must not make one partition's records two."""
+    tags = {(int(r["partition"][1:].split(":")[0]), r["partition"].split(":")[1].split("/")[0])
+            for r in _records(ops)}  # fmt: skip
+    epoch, last, names = 0, "", {}
+    for version, cluster in sorted(tags):
+        if cluster != last:
+            epoch, last = epoch + 1, cluster
+        names[f"v{version}:{cluster}"] = f"e{epoch}:{cluster}"
+    out = []
     for op in ops:
         if op["f"] in ("receive", "drain", "ack") and op["type"] == "ok" and op["queue"] == QUEUE:
-            for r in op["value"] or []:
-                out[(QUEUE, r["partition"])] = int(r["partition"][1:].split(":")[0])
+            op = {**op, "value": [_renamed(r, names) for r in op["value"] or []]}
+        out.append(op)
     return out
+
+
+def _renamed(r: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    tag, slot = r["partition"].split("/", 1)
+    return {**r, "partition": f"{names[tag]}/{slot}"}
+
+
+def ranks(ops: list[Any]) -> dict[tuple[str, Any], int]:
+    """Each recorded placement's rank: its epoch (``by_placement``; moves only raise it)."""
+    return {(QUEUE, r["partition"]): int(r["partition"][1:].split(":")[0]) for r in _records(ops)}
 
 
 # ---- the run ---------------------------------------------------------------------------------
@@ -265,6 +292,7 @@ def _judge(
     fleet: Fleet, seed: int, ops: list[Any], faults: list[Fault], grow: bool, stuck: int
 ) -> Outcome:
     """The checker over both queues (each with its ranking), with replica digests."""
+    ops = by_placement(ops)
     rank = ranks(ops)
     with fleet.managers.admin() as admin:  # type: ignore[union-attr]
         homes = {QUEUE: {h.cluster for h in _mapping(admin).partitions}.pop()}

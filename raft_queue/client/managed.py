@@ -29,6 +29,16 @@ partition ``i`` is partition ``local`` of the queue of the same name on
   so a receive learns of such a cut-over by asking the manager (on a thread
   of its own, never waiting for it) whether the mapping moved on once its
   copy is ``MAPPING_MAX_AGE_S`` old.
+- A queue whole on one cluster (global ``i`` = local ``i`` there, no partial
+  move's leftovers: core/managed_homes.py) is handed to that cluster's
+  ``Client``: it places messages (its key partitioner follows the key ranges
+  of a split, client/partitioner.py) and numbers partitions, a split's
+  children included, so global numbers are that cluster's. A split inside
+  the cluster (``update_queue(Q, partitions=N)``, which the manager
+  forwards, or one made on the cluster directly) is followed at once, and a
+  FIFO key's messages in a child wait for the parent's (the cluster's gate).
+  Receipts keep their cluster prefix. A queue spanning clusters is not split
+  (the manager refuses it, naming ``partitions``).
 - A queue being moved to another cluster (manager/moves.py) is fenced on its
   source: a send there is refused (PartitionSealed, nothing stored) and a
   receive finds nothing. A send then refreshes the mapping and waits, in
@@ -64,6 +74,7 @@ from raft_queue.client.models import (
     config_from_pb,
 )
 from raft_queue.client.partitioner import RoundRobin, partition_for_key
+from raft_queue.core.managed_homes import sole_cluster
 
 T = TypeVar("T")
 Receipts = str | Message | Iterable[str | Message]
@@ -222,10 +233,26 @@ class ManagedClient:
         self.refresh()
         return self.get_queue(name)
 
+    def update_queue(self, name: str, **config: Any) -> QueueInfo:
+        """Change the given config fields through the manager (on every cluster
+        of the queue); ``partitions`` grows a queue whole on one cluster by
+        splits there (refused for one spanning clusters)."""
+        self.manager.update_queue(name, **config)
+        self.refresh()
+        return self.get_queue(name)
+
+    def sole_cluster(self, queue: str, homes: tuple[Home, ...]) -> str | None:
+        """The cluster ``queue`` is whole on (its ``Client`` then places and
+        numbers everything), or None."""
+        return sole_cluster(homes, queue in self._mapping.pinned)
+
     def get_queue(self, name: str) -> QueueInfo:
         """The global config, depth counters summed over the queue's clusters."""
 
         def run(homes: tuple[Home, ...]) -> QueueInfo:
+            whole = self.sole_cluster(name, homes)
+            if whole is not None:  # that cluster's own answer (a split's counts too)
+                return self.client_for(whole).get_queue(name)
             infos = [self.client_for(c).get_queue(name) for c in _clusters(homes)]
             sums = {f: sum(getattr(i, f) for i in infos)
                     for f in ("messages", "in_flight", "delayed", "dead", "bytes")}  # fmt: skip
@@ -240,6 +267,9 @@ class ManagedClient:
         """Every global partition (its number), as its cluster describes it."""
 
         def run(homes: tuple[Home, ...]) -> list[PartitionInfo]:
+            whole = self.sole_cluster(queue, homes)
+            if whole is not None:  # a split's children and states too
+                return self.client_for(whole).partitions(queue)
             local = {c: {p.partition: p for p in self.client_for(c).partitions(queue)}
                      for c in _clusters(homes)}  # fmt: skip
             return [dataclasses.replace(local[h.cluster][h.local], partition=g)
@@ -261,6 +291,9 @@ class ManagedClient:
         pending = list(messages)
 
         def run(homes: tuple[Home, ...]) -> list[SendResult]:
+            whole = self.sole_cluster(queue, homes)
+            if whole is not None:  # its Client places keys by the key ranges
+                return self.client_for(whole).send_batch(queue, pending)
             # A bare body only picks its cluster here (round robin over the global
             # partitions, so each cluster gets its share); that cluster's Client
             # picks the local partition, on its fast path for bare bodies (a
@@ -394,6 +427,9 @@ class ManagedClient:
         self, queue: str, partition: int, offset: int = 0, max_messages: int = 100, **kw: Any
     ) -> ReadResult:
         def run(homes: tuple[Home, ...]) -> ReadResult:
+            whole = self.sole_cluster(queue, homes)
+            if whole is not None and partition >= len(homes):  # a split's child
+                homes = (*homes, *(Home(whole, p) for p in range(len(homes), partition + 1)))
             if not 0 <= partition < len(homes):
                 raise errors.InvalidArgument("partition", f"must be in [0, {len(homes)})")
             home = homes[partition]

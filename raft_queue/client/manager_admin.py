@@ -119,6 +119,13 @@ class ManagerAdmin:
         )
         return self.call("PlaceQueue", request)
 
+    def update_queue(self, name: str, **config: Any) -> Any:
+        """Change the given config fields on every cluster of ``name``;
+        ``partitions`` grows a queue wholly on one cluster by splits there
+        (QueueMapping, as recorded after)."""
+        request = manager_pb2.ManagedUpdateQueueRequest(name=name, config=config_to_pb(config))
+        return self.call("UpdateQueue", request)
+
     def forget_queue(self, name: str) -> Any:
         return self.call("ForgetQueue", manager_pb2.ForgetQueueRequest(name=name))
 

@@ -30,7 +30,7 @@ from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import manager_pb2, manager_pb2_grpc
 from raft_queue.client.models import config_from_pb, config_to_pb
 from raft_queue.config import check_queue_name
-from raft_queue.manager import move_state, state
+from raft_queue.manager import move_state, queue_update, state
 from raft_queue.manager.callers import Callers
 from raft_queue.manager.health import cluster_client, release
 from raft_queue.manager.node import ManagerNode
@@ -188,6 +188,36 @@ class ManagerService(manager_pb2_grpc.ManagerServiceServicer):
     async def ForgetQueue(self, request: Any, context: Any) -> Any:  # noqa: N802
         async def work() -> Any:
             return mapping_pb(await self._node.submit(state.ForgetQueue(request.name)))
+
+        return await self._serve(context, work)
+
+    async def UpdateQueue(self, request: Any, context: Any) -> Any:  # noqa: N802
+        """Forward the fields set to every cluster of the queue, then record the
+        effective config; ``partitions`` grows a queue whole on one cluster by
+        splits there (manager/queue_update.py). A manager dying in between
+        leaves the clusters updated and the mapping behind: the same update,
+        retried, is a no-op there and records it."""
+
+        async def work() -> Any:
+            check_queue_name(request.name)
+            given = dataclasses.asdict(config_from_pb(request.config))
+            changes = {k: v for k, v in given.items() if v is not None}
+            queue = queue_update.check_update(self._node.view, request.name, changes)
+            fields = queue_update.forwarded(queue, changes)
+            info = None
+            for cluster in queue.clusters():
+
+                def update(client: Any) -> Any:
+                    return client.update_queue(request.name, **fields)
+
+                info = await self._on_cluster(cluster, update)
+            assert info is not None  # a managed queue has a partition somewhere
+            homes = queue_update.grown_homes(
+                queue, int(info.config.partitions), state.PartitionHome
+            )
+            config = dataclasses.asdict(info.config)
+            cmd = queue_update.UpdateQueue(request.name, homes, config)
+            return mapping_pb(await self._node.submit(cmd))
 
         return await self._serve(context, work)
 

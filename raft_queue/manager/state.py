@@ -31,7 +31,7 @@ from typing import Any
 
 from raft_queue import errors
 from raft_queue.config import check_name, check_queue_name, parse_host_port
-from raft_queue.manager import move_state
+from raft_queue.manager import move_state, queue_update
 
 HEALTHS = ("unknown", "healthy", "degraded", "down")
 
@@ -124,11 +124,13 @@ class ForgetQueue:
 ManagerCommand = (
     AddCluster | RemoveCluster | SetDraining | ReportHealth | PlaceQueue | ForgetQueue
     | move_state.StartMove | move_state.SetMovePhase | move_state.FinishMove
+    | queue_update.UpdateQueue
 )  # fmt: skip
 _COMMANDS: dict[str, type[Any]] = {
     c.__name__: c
     for c in (AddCluster, RemoveCluster, SetDraining, ReportHealth, PlaceQueue, ForgetQueue,
-              move_state.StartMove, move_state.SetMovePhase, move_state.FinishMove)
+              move_state.StartMove, move_state.SetMovePhase, move_state.FinishMove,
+              queue_update.UpdateQueue)
 }  # fmt: skip
 
 
@@ -317,6 +319,19 @@ class ManagerMachine:
         del self._queues[cmd.name]
         self._bump(mapping=True)
         return queue
+
+    def _UpdateQueue(self, cmd: queue_update.UpdateQueue) -> ManagedQueue:  # noqa: N802
+        """A forwarded config update, or growth by splits (manager/queue_update.py)."""
+        queue = self._queues.get(cmd.name)
+        if queue is None:
+            raise errors.NotFound(f"queue {cmd.name!r} is not managed")
+        for home in cmd.partitions:
+            self._need_cluster(home.cluster)
+        updated: ManagedQueue = queue_update.apply_update(queue, cmd)
+        if updated != queue:
+            self._queues[cmd.name] = updated
+            self._bump(mapping=True)
+        return updated
 
     # ---- moves between clusters (manager/move_state.py) ---------------------------------
     def _StartMove(self, cmd: move_state.StartMove) -> move_state.QueueMove:  # noqa: N802

@@ -11,6 +11,7 @@ import pytest
 from raft_queue import errors
 from raft_queue.client.managed import Home, ManagedClient, Mapping_
 from raft_queue.client.models import Message, OutgoingMessage, ReceiptResult, SendResult
+from raft_queue.client.partitioner import partition_for_key
 
 
 class FakeCluster:
@@ -28,6 +29,8 @@ class FakeCluster:
             if not isinstance(m, OutgoingMessage):  # a bare body: this cluster's round robin
                 m = OutgoingMessage(m, partition=self.turn % len(self.logs))
                 self.turn += 1
+            if m.partition is None:  # placed by this cluster's Client: its key rule
+                m = dataclasses.replace(m, partition=partition_for_key(m.key, len(self.logs)))
             assert m.partition is not None
             self.logs[m.partition].append(m)
             out.append(SendResult(m.partition, len(self.logs[m.partition]) - 1, False, "fsync"))

@@ -113,6 +113,14 @@ class ForgetQueueRequest(_message.Message):
     name: str
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
+class ManagedUpdateQueueRequest(_message.Message):
+    __slots__ = ("name", "config")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    config: _queue_pb2.QueueConfig
+    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[_queue_pb2.QueueConfig, _Mapping]] = ...) -> None: ...
+
 class GetMappingRequest(_message.Message):
     __slots__ = ("known_version",)
     KNOWN_VERSION_FIELD_NUMBER: _ClassVar[int]

@@ -89,6 +89,11 @@ class ManagerServiceStub:
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.CancelQueueMoveRequest.SerializeToString,
                 response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.QueueMoveInfo.FromString,
                 _registered_method=True)
+        self.UpdateQueue = channel.unary_unary(
+                '/raft_queue.v1.ManagerService/UpdateQueue',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.ManagedUpdateQueueRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.QueueMapping.FromString,
+                _registered_method=True)
 
 
 class ManagerServiceServicer:
@@ -160,6 +165,12 @@ class ManagerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateQueue(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ManagerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -217,6 +228,11 @@ def add_ManagerServiceServicer_to_server(servicer, server):
                     servicer.CancelQueueMove,
                     request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.CancelQueueMoveRequest.FromString,
                     response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.QueueMoveInfo.SerializeToString,
+            ),
+            'UpdateQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateQueue,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.ManagedUpdateQueueRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.QueueMapping.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -516,6 +532,33 @@ class ManagerService:
             '/raft_queue.v1.ManagerService/CancelQueueMove',
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.CancelQueueMoveRequest.SerializeToString,
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.QueueMoveInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.ManagerService/UpdateQueue',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.ManagedUpdateQueueRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_manager__pb2.QueueMapping.FromString,
             options,
             channel_credentials,
             insecure,
