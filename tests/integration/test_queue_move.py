@@ -683,3 +683,37 @@ def test_dedup_ids_and_request_ids_are_carried_across_whole_and_partial_moves(
             fleet.c2, q, q.encode() + b"-r-acked", "late", 1 if q == "dd-whole" else 0
         )
         assert not r_late.duplicate
+
+
+def test_dedup_export_and_seed_are_admin_only_and_bad_entries_write_nothing(
+    fleet: Fleet,
+) -> None:
+    with fleet.c2.client() as admin:
+        admin.create_queue("dd-auth", partitions=1)
+        user = admin.create_principal("dd-user").token
+        admin.add_grant("dd-user", "dd-*", ["send", "receive", "read", "manage"])
+    good = queue_pb2.DedupEntry(dedup_id=b"planted", timestamp_ms=int(time.time() * 1000))
+    bad = queue_pb2.DedupEntry(dedup_id=b"both", request_id=b"both", timestamp_ms=1)
+    seed = queue_pb2.SeedDedupRequest(queue="dd-auth", partition=0, entries=[good, bad])
+    export = queue_pb2.ExportDedupRequest(queue="dd-auth", partition=0)
+    with grpc.insecure_channel(fleet.c2.specs[0].address) as ch:
+        stub = queue_pb2_grpc.QueueServiceStub(ch)
+        for call, request in ((stub.SeedDedup, seed), (stub.ExportDedup, export)):
+            with pytest.raises(grpc.RpcError) as denied:
+                call(request, metadata=(("authorization", f"Bearer {user}"),), timeout=20)
+            assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        md = (("authorization", f"Bearer {fleet.c2.token}"),)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.SeedDedup(seed, metadata=md, timeout=20)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert ("raftq-field", "entries[1]") in (refused.value.trailing_metadata() or ())
+        assert stub.ExportDedup(export, metadata=md, timeout=20).entries == []  # nothing planted
+        bad_part = queue_pb2.ExportDedupRequest(queue="dd-auth", partition=5)
+        with pytest.raises(grpc.RpcError) as out_of_range:
+            stub.ExportDedup(bad_part, metadata=md, timeout=20)
+        assert out_of_range.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert stub.SeedDedup(seed.__class__(queue="dd-auth", entries=[good]), metadata=md,
+                              timeout=20).seeded == 1  # fmt: skip
+        assert [e.dedup_id for e in stub.ExportDedup(export, metadata=md, timeout=20).entries] == [
+            b"planted"
+        ]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from raft_queue.core import access
 from raft_queue.core.codec import decode, encode
 from raft_queue.core.commands import Append, Configure, NewRecord, PartitionConfig
 from raft_queue.core.dedup import DedupPage
@@ -174,3 +175,8 @@ def test_a_seed_on_a_partition_without_dedup_plants_nothing() -> None:
     p = Partition(dedup_window_ms=0)
     assert p.apply(SeedDedup((DedupEntry(table_key(b"a"), b"", 1),), 2)) == 0
     assert p.count("dedup") == 0
+
+
+def test_the_export_and_the_seed_are_admin_calls_like_export_partition() -> None:
+    for rpc in ("ExportPartition", "ExportDedup", "SeedDedup"):
+        assert access.rpc_operation(f"/raft_queue.v1.QueueService/{rpc}") == (access.ADMIN, "")
