@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.core import access
 from raft_queue.core.codec import decode, encode
 from raft_queue.core.commands import Append, Configure, NewRecord, PartitionConfig
@@ -19,6 +20,7 @@ from raft_queue.core.partition import PartitionMachine
 from raft_queue.core.results import AppendItem, AppendResult
 from raft_queue.core.state import table_key
 from raft_queue.errors import InvalidArgument
+from raft_queue.manager import moves
 from raft_queue.storage.lmdb_store import LmdbStore
 from tests.unit.test_partition_machine import Partition
 
@@ -180,3 +182,18 @@ def test_a_seed_on_a_partition_without_dedup_plants_nothing() -> None:
 def test_the_export_and_the_seed_are_admin_calls_like_export_partition() -> None:
     for rpc in ("ExportPartition", "ExportDedup", "SeedDedup"):
         assert access.rpc_operation(f"/raft_queue.v1.QueueService/{rpc}") == (access.ADMIN, "")
+
+
+def test_the_mover_leaves_copied_records_out_and_translates_request_offsets() -> None:
+    copied = {4: 0, 5: 1}  # source offset -> its copy's target offset
+    out = moves._seed_entry(
+        queue_pb2.DedupEntry(dedup_id=b"d4", timestamp_ms=9, offsets=[4]), copied
+    )
+    assert out is None  # the copy made the target's entry
+    acked = moves._seed_entry(
+        queue_pb2.DedupEntry(dedup_id=b"d0", timestamp_ms=9, offsets=[0]), copied
+    )
+    assert (acked.dedup_id, acked.timestamp_ms, list(acked.offsets)) == (b"d0", 9, [])
+    request = queue_pb2.DedupEntry(request_id=b"r", timestamp_ms=9, offsets=[3, 4, 5])
+    seeded = moves._seed_entry(request, copied)
+    assert (seeded.request_id, list(seeded.offsets)) == (b"r", [MOVED_OFFSET, 0, 1])
