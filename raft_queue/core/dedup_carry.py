@@ -32,7 +32,7 @@ from raft_queue.errors import InvalidArgument
 MOVED_OFFSET = (1 << 64) - 1
 #: Entries in one SeedDedup (one Raft entry) and offsets in one request entry.
 MAX_SEED_ENTRIES = 10_000
-MAX_ENTRY_OFFSETS = 100_000
+MAX_ENTRY_OFFSETS = 1_000_000  # a Send holds at most limits.max_batch_messages (<= 10**6)
 _MAX_RAW_KEY = 400  # state.MAX_RAW_KEY (state imports commands: no import back)
 _MAX_REQUEST_ID = 64  # commands.MAX_REQUEST_ID_BYTES
 

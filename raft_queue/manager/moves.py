@@ -223,6 +223,8 @@ class MoveWatch:
                 self._check_leader()
                 planted += dst.seed_dedup(queue, to, wanted).seeded
             if page.done:
+                log.info("queue %s[%d] -> [%d]: %d dedup entries carried", queue, partition,
+                         to, planted)  # fmt: skip
                 return planted
             after = page.next_key
 
