@@ -623,6 +623,16 @@ def _receive_all(client: Any, queue: str, count: int) -> list[Any]:
     return got
 
 
+def _dedup_tables(fleet: Fleet, queue: str) -> str:
+    """Both sides' dedup entries of ``queue`` (a failure's diagnosis)."""
+    out = []
+    for name, c in (("source c1", fleet.c1), ("target c2", fleet.c2)):
+        with c.client() as client:
+            for p in range(len(client.partitions(queue))):
+                out.append(f"{name} [{p}]: {list(client.export_dedup(queue, p).entries)}")
+    return "\n".join(out)
+
+
 def _stored(c: LocalCluster, queue: str) -> list[int]:
     with c.client() as client:
         return [p.latest_offset for p in client.partitions(queue)]
@@ -668,7 +678,7 @@ def test_dedup_ids_and_request_ids_are_carried_across_whole_and_partial_moves(
         assert {r.offset for r, d in zip(again, ids, strict=True) if d in acked} == {MOVED_OFFSET}
         r_acked = _raw_send(fleet.c2, q, q.encode() + b"-r-acked", "retry", on_target)
         r_kept = _raw_send(fleet.c2, q, q.encode() + b"-r-kept", "retry", on_target)
-        assert r_acked.duplicate and r_acked.offset == MOVED_OFFSET
+        assert r_acked.duplicate and r_acked.offset == MOVED_OFFSET, _dedup_tables(fleet, q)
         assert r_kept.duplicate and r_kept.offset < 3
         with fleet.c2.client() as c2:
             copy = c2.read(q, on_target, r_kept.offset, 1).messages
