@@ -95,6 +95,20 @@ class AdminSurface:
         router = self._router  # type: ignore[attr-defined]
         return self._run(moving.export_partition(router, queue, partition, offset, max_messages))
 
+    def export_dedup(
+        self, queue: str, partition: int, after: bytes = b"", max_entries: int = 1000
+    ) -> Any:
+        """A page of ``partition``'s live dedup entries after key ``after``
+        (``ExportDedupResponse``: entries, next_key, done, fenced)."""
+        router = self._router  # type: ignore[attr-defined]
+        return self._run(moving.export_dedup(router, queue, partition, after, max_entries))
+
+    def seed_dedup(self, queue: str, partition: int, entries: Sequence[Any]) -> Any:
+        """Plant ``DedupEntry`` messages in ``partition``'s dedup table
+        (``SeedDedupResponse``: how many were new there)."""
+        router = self._router  # type: ignore[attr-defined]
+        return self._run(moving.seed_dedup(router, queue, partition, entries))
+
     # ---- encryption at rest --------------------------------------------------------
     def rotate_queue_key(self, queue: str) -> Any:
         """A new data key for ``queue``: new messages are sealed with it, older

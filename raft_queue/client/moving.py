@@ -31,3 +31,27 @@ def export_partition(
     target = PartitionLeaders(queue, [partition])
     response = yield Call("ExportPartition", request, target, mutating=False)
     return response
+
+
+def export_dedup(
+    router: Router, queue: str, partition: int, after: bytes, max_entries: int
+) -> Flow[Any]:
+    """ExportDedupResponse: a page of one partition's live dedup entries
+    after key ``after`` (b"": from the first), on its leader."""
+    request = queue_pb2.ExportDedupRequest(
+        queue=queue, partition=partition, after=after, max_entries=max_entries
+    )
+    yield from partition_count(router, queue)
+    target = PartitionLeaders(queue, [partition])
+    response = yield Call("ExportDedup", request, target, mutating=False)
+    return response
+
+
+def seed_dedup(router: Router, queue: str, partition: int, entries: Sequence[Any]) -> Flow[Any]:
+    """SeedDedupResponse (how many were planted); on the partition's leader.
+    Idempotent: an entry whose key is live there already is left as it is."""
+    request = queue_pb2.SeedDedupRequest(queue=queue, partition=partition, entries=entries)
+    yield from partition_count(router, queue)
+    target = PartitionLeaders(queue, [partition])
+    response = yield Call("SeedDedup", request, target, mutating=True, idempotent=True)
+    return response

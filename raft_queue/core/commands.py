@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from raft_queue.core import validate as v
+from raft_queue.core.dedup_carry import SeedDedup as SeedDedup  # a move's dedup windows
 from raft_queue.core.records import NewRecord as NewRecord  # commands carry records
 from raft_queue.core.segments import Summary
 from raft_queue.core.wire import U32_MAX, U64_MAX
@@ -353,6 +354,7 @@ Command: TypeAlias = (
     | Expire
     | Purge
     | ForgetDead
+    | SeedDedup
     | Batch
 )
 _SIMPLE = (
@@ -368,6 +370,7 @@ _SIMPLE = (
     Expire,
     Purge,
     ForgetDead,
+    SeedDedup,
 )
 
 

@@ -16,13 +16,21 @@ A request's entry ``dedup[0xfe + id] = (first offset, timestamp_ms, its
 offsets)`` is one row per Append, whatever its size, and goes to
 ``dedup_exp`` at once (it is not tied to any one record). UTF-8 never holds
 0xfe, so the two kinds of keys cannot meet.
+
+A queue move carries the live entries of both kinds to the target
+(``live_entries`` on the source, ``seed`` on the target, entries and
+command in ``dedup_carry``): a seeded entry keeps its original timestamp and
+gets a ``dedup_exp`` row (its time, its offset or ``MOVED_OFFSET``, its key),
+so it ends when it would have ended on the source.
 """
 
 from __future__ import annotations
 
 import struct
 from itertools import islice
+from typing import NamedTuple
 
+from raft_queue.core.dedup_carry import MOVED_OFFSET, DedupEntry
 from raft_queue.core.results import AppendItem, AppendResult
 from raft_queue.core.segments import HAS_DEDUP, segments_from
 from raft_queue.core.state import (
@@ -132,3 +140,64 @@ def _drop(view: View, dedup_key: bytes, offset: int, ts: int) -> None:
     raw = view.txn.get(DEDUP, dedup_key)
     if raw is not None and raw[:16] == pair_key(offset, ts):
         view.txn.delete(DEDUP, dedup_key)
+
+
+class DedupPage(NamedTuple):
+    entries: list[DedupEntry]
+    next_key: bytes  # the last key looked at: the next page starts after it
+    done: bool  # no key after ``next_key``
+
+
+def live_entries(
+    view: View, after: bytes, max_entries: int, max_offsets: int, now_ms: int
+) -> DedupPage:
+    """The dedup entries whose window has not ended by ``max(clock, now_ms)``,
+    in key order after ``after`` (b"": from the first): at most
+    ``max_entries``, and past the first one at most ``max_offsets`` request
+    offsets in all. Reads only."""
+    window = view.cfg.dedup_window_ms
+    clock = max(view.c.clock, now_ms)
+    out: list[DedupEntry] = []
+    offsets, last = 0, after
+    start = after + b"\x00" if after else b""
+    for key, raw in view.txn.scan(DEDUP, start):
+        if len(out) >= max_entries or (out and offsets >= max_offsets):
+            return DedupPage(out, last, False)
+        last = key
+        first, ts = unpack_pair(raw[:16])
+        if not window or clock - ts >= window:
+            continue
+        if key[:1] != REQUEST_PREFIX:
+            out.append(DedupEntry(key, b"", ts, (first,)))
+            continue
+        (count,) = _COUNT.unpack_from(raw, 16)
+        listed = struct.unpack_from(f">{count}Q", raw, 20) if len(raw) > 20 else None
+        out.append(DedupEntry(b"", key[1:], ts, listed or tuple(range(first, first + count))))
+        offsets += count
+    return DedupPage(out, last, True)
+
+
+def seed(view: View, entries: tuple[DedupEntry, ...]) -> int:
+    """Plant each entry with its original timestamp and a ``dedup_exp`` row,
+    unless its window has ended by ``clock`` or the table holds a live entry
+    of its key (a copied record's, or this seed's before: seeding twice
+    changes nothing). How many were planted."""
+    window, planted = view.cfg.dedup_window_ms, 0
+    for e in entries:
+        if not window or view.c.clock - e.timestamp_ms >= window:
+            continue
+        key = REQUEST_PREFIX + e.request_id if e.request_id else e.dedup_id
+        raw = view.txn.get(DEDUP, key)
+        if raw is not None and view.c.clock - unpack_pair(raw[:16])[1] < window:
+            continue
+        if e.request_id:
+            first = e.offsets[0] if e.offsets else MOVED_OFFSET
+            value = pair_key(first, e.timestamp_ms) + _COUNT.pack(len(e.offsets))
+            value += struct.pack(f">{len(e.offsets)}Q", *e.offsets)
+        else:
+            first = MOVED_OFFSET
+            value = pair_key(first, e.timestamp_ms)
+        view.txn.put(DEDUP, key, value)
+        view.txn.put(DEDUP_EXP, pair_key(e.timestamp_ms, first) + key, key)
+        planted += 1
+    return planted

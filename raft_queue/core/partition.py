@@ -21,7 +21,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
-from raft_queue.core import appends, delivery, queries, receipts, retention
+from raft_queue.core import appends, dedup, delivery, queries, receipts, retention
 from raft_queue.core.codec import TAG_APPEND, TAG_BATCH, decode, encode, split_batch
 from raft_queue.core.commands import (
     Ack,
@@ -38,6 +38,7 @@ from raft_queue.core.commands import (
     Nack,
     Purge,
     Release,
+    SeedDedup,
 )
 from raft_queue.core.kv import KVTxn
 from raft_queue.core.records import check_blob
@@ -132,6 +133,13 @@ class PartitionMachine:
     def next_due_ms(self, txn: KVTxn) -> int | None:
         """When a long poll should look again (see ``queries.next_due_ms``)."""
         return queries.next_due_ms(txn)
+
+    def dedup_entries(
+        self, txn: KVTxn, after: bytes, max_entries: int, max_offsets: int, now_ms: int
+    ) -> dedup.DedupPage:
+        """Live dedup entries after key ``after`` (a move's export; see
+        ``dedup.live_entries``)."""
+        return dedup.live_entries(View(txn), after, max_entries, max_offsets, now_ms)
 
     def offsets(self, txn: KVTxn) -> dict[str, int]:
         """Committed consumer-group offsets."""
@@ -244,6 +252,11 @@ def _forget_dead(view: View, cmd: ForgetDead) -> int:
     return retention.forget_dead(view, cmd.offsets)
 
 
+def _seed_dedup(view: View, cmd: SeedDedup) -> int:
+    view.at(cmd.now_ms)
+    return dedup.seed(view, cmd.entries)
+
+
 def _batch(view: View, cmd: Batch) -> tuple[Result, ...]:
     """One transaction, one counters write; results in command order."""
     return tuple(_HANDLERS[type(sub)](view, sub) for sub in cmd.commands)
@@ -262,5 +275,6 @@ _HANDLERS: dict[type, Callable[[View, Any], Result]] = {
     Expire: _expire,
     Purge: _purge,
     ForgetDead: _forget_dead,
+    SeedDedup: _seed_dedup,
     Batch: _batch,
 }

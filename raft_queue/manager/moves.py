@@ -16,7 +16,9 @@ next leader's watch runs the step again:
   created again; no client reaches it before the cut-over), copy each
   partition's unfinished records in offset order to the same partition of
   the target (body, key, headers, dedup id), translate the consumer-group
-  offsets, then commit the cut-over (FinishMove: the mapping names the
+  offsets, carry the live dedup entries (``_carry_dedup``: dedup ids of
+  records acked before the fence, and Send request ids, with their original
+  timestamps), then commit the cut-over (FinishMove: the mapping names the
   target, ``mapping_version`` moves on).
 - ``cancelling``: unfence the source, delete the target's copy, commit
   ``cancelled``.
@@ -37,7 +39,9 @@ from collections.abc import Callable
 from typing import Any
 
 from raft_queue import errors
+from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.client.models import OutgoingMessage
+from raft_queue.core.dedup_carry import MOVED_OFFSET
 from raft_queue.manager import move_state
 from raft_queue.manager.health import cluster_client
 from raft_queue.manager.node import ManagerNode
@@ -47,7 +51,7 @@ log = logging.getLogger(__name__)
 
 WATCH_S = 0.5  # how often the leader looks at the active move
 CALL_TIMEOUT_S = 20.0  # one cluster call, its retries included
-EXPORT_CHUNK = 1000  # records per ExportPartition
+EXPORT_CHUNK = 1000  # records per ExportPartition (and dedup entries per ExportDedup)
 FENCE_WAIT_S = 20.0  # for every source partition's leader to apply the fence
 SKIP_STATES = ("done", "dead")  # acked (or dead-lettered at the source): not copied
 
@@ -198,7 +202,31 @@ class MoveWatch:
                 break
             page = src.export_partition(queue, partition, page.next_offset, EXPORT_CHUNK)
         self._carry_offsets(dst, queue, to, groups, at)
+        self._carry_dedup(src, dst, queue, partition, to, dict(at))
         return len(at)
+
+    def _carry_dedup(
+        self, src: Any, dst: Any, queue: str, partition: int, to: int, copied: dict[int, int]
+    ) -> int:
+        """Seed the target's partition ``to`` with source ``partition``'s live
+        dedup entries (after the copy: a copied record's own entry, made by
+        its copy, is kept). A record entry whose record was copied is left
+        out; a request entry's offsets become their copies' (MOVED_OFFSET:
+        not copied). How many were planted (0 on a re-run: seeding is
+        idempotent)."""
+        after, planted = b"", 0
+        while True:
+            page = src.export_dedup(queue, partition, after, EXPORT_CHUNK)
+            entries = [_seed_entry(e, copied) for e in page.entries]
+            wanted = [e for e in entries if e is not None]
+            if wanted:
+                self._check_leader()
+                planted += dst.seed_dedup(queue, to, wanted).seeded
+            if page.done:
+                log.info("queue %s[%d] -> [%d]: %d dedup entries carried", queue, partition,
+                         to, planted)  # fmt: skip
+                return planted
+            after = page.next_key
 
     def _send(self, dst: Any, queue: str, partition: int, messages: list[Any]) -> list[Any]:
         out = [_outgoing(m, partition, keep_dedup=True) for m in messages]
@@ -235,6 +263,19 @@ def _pairs(move: move_state.QueueMove, count: int) -> list[tuple[int, int]]:
     if move.source_locals:
         return list(zip(move.source_locals, range(len(move.source_locals)), strict=True))
     return [(p, p) for p in range(count)]
+
+
+def _seed_entry(e: Any, copied: dict[int, int]) -> Any:
+    """The target's entry for exported ``e``; None for a record entry whose
+    record was copied (its copy made the target's entry)."""
+    if e.dedup_id:
+        if e.offsets and e.offsets[0] in copied:
+            return None
+        return queue_pb2.DedupEntry(dedup_id=e.dedup_id, timestamp_ms=e.timestamp_ms)
+    offsets = [copied.get(o, MOVED_OFFSET) for o in e.offsets]
+    return queue_pb2.DedupEntry(
+        request_id=e.request_id, timestamp_ms=e.timestamp_ms, offsets=offsets
+    )
 
 
 def _outgoing(m: Any, partition: int, keep_dedup: bool) -> OutgoingMessage:

@@ -361,6 +361,11 @@ class PartitionReplica(ReplicatedGroup):
         with self._reading() as txn:
             return history(txn, offset)
 
+    def dedup_entries(self, after: bytes, max_entries: int, max_offsets: int, now_ms: int) -> Any:
+        """A page of live dedup entries (a queue move's export, ``dedup.live_entries``)."""
+        with self._reading() as txn:
+            return self.machine.dedup_entries(txn, after, max_entries, max_offsets, now_ms)
+
     def offsets(self) -> dict[str, int]:
         with self._reading() as txn:
             return self.machine.offsets(txn)

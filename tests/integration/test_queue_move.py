@@ -20,12 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from click.testing import CliRunner
 
 from chaos.checker import check
 from chaos.history import History
 from raft_queue import errors
+from raft_queue._proto.raft_queue.v1 import queue_pb2, queue_pb2_grpc
 from raft_queue.cli.main import main
 from raft_queue.client import OutgoingMessage
 from raft_queue.client.managed import ManagedClient
@@ -593,3 +595,135 @@ def test_bad_partition_lists_are_refused_naming_the_field_and_change_nothing(
     with fleet.c1.client() as c1:  # nothing fenced
         for p in range(4):
             c1.send("narrow", f"p{p}", partition=p)
+
+
+# ---- dedup windows carried across a move (ExportDedup / SeedDedup) -------------------------
+
+DEDUP_WINDOW_MS = 12_000
+MOVED_OFFSET = (1 << 64) - 1  # a duplicate whose original was acked before the move
+
+
+def _raw_send(c: LocalCluster, queue: str, request_id: bytes, body: str, part: int) -> Any:
+    """One Send RPC with a request id of our choosing (the SDK's retry of a
+    Send whose answer was lost repeats its id): its one SendResult."""
+    request = queue_pb2.SendRequest(queue=queue, request_id=request_id,
+                                    entries=[queue_pb2.SendEntry(body=body.encode(),
+                                                                 partition=part)])  # fmt: skip
+    md = (("authorization", f"Bearer {c.token}"),)
+    with grpc.insecure_channel(c.specs[0].address) as ch:
+        return queue_pb2_grpc.QueueServiceStub(ch).Send(request, metadata=md, timeout=20).results[0]
+
+
+def _receive_all(client: Any, queue: str, count: int) -> list[Any]:
+    got: list[Any] = []
+    deadline = time.monotonic() + 20
+    while len(got) < count and time.monotonic() < deadline:
+        got += client.receive(queue, max_messages=10, wait_ms=500)
+    assert len(got) == count, got
+    return got
+
+
+def _dedup_tables(fleet: Fleet, queue: str) -> str:
+    """Both sides' dedup entries of ``queue`` (a failure's diagnosis)."""
+    out = []
+    for name, c in (("source c1", fleet.c1), ("target c2", fleet.c2)):
+        with c.client() as client:
+            for p in range(len(client.partitions(queue))):
+                out.append(f"{name} [{p}]: {list(client.export_dedup(queue, p).entries)}")
+    return "\n".join(out)
+
+
+def _stored(c: LocalCluster, queue: str) -> list[int]:
+    with c.client() as client:
+        return [p.latest_offset for p in client.partitions(queue)]
+
+
+def test_dedup_ids_and_request_ids_are_carried_across_whole_and_partial_moves(
+    fleet: Fleet,
+) -> None:
+    """Two queues of 2 partitions on c1, one moved whole, one moved partially
+    (partition 1 only). d0..d5 are sent with dedup ids (d0..d3 acked before
+    the move), r-acked and r-kept with request ids (r-acked's message acked).
+    After the cut-over, every dedup id re-sent and each request retried on c2
+    stores nothing (answered with the copy's offset, or MOVED_OFFSET when the
+    original was acked at the source); once the window has ended a re-send
+    is stored."""
+    queues = {"dd-whole": (), "dd-part": ("--partitions", "1")}
+    ids = [f"d{i}" for i in range(6)]
+    acked = {"d0", "d1", "d2", "d3", "req-acked"}
+    with fleet.managed() as client:
+        for q in queues:
+            client.create_queue(q, partitions=2, clusters=["c1"],
+                                dedup_window_ms=DEDUP_WINDOW_MS)  # fmt: skip
+        sent_at = time.time()
+        for q in queues:
+            client.send_batch(q, [OutgoingMessage(d, dedup_id=d, partition=1) for d in ids])
+            _raw_send(fleet.c1, q, q.encode() + b"-r-acked", "req-acked", 1)
+            _raw_send(fleet.c1, q, q.encode() + b"-r-kept", "req-kept", 1)
+            got = _receive_all(client, q, 8)
+            client.ack(q, [m for m in got if m.body.decode() in acked])
+    for q, extra in queues.items():
+        started = fleet.raftq("queue", "move", q, "--to", "c2", *extra, "--execute", "--no-wait")
+        assert started.exit_code == 0, started.output
+        _wait(f"{q} moved", lambda q=q: _phase(fleet, q) == "done", 30)
+    assert time.time() - sent_at < DEDUP_WINDOW_MS / 1000 - 3, "the moves took too long"
+    for q in queues:
+        on_target = 1 if q == "dd-whole" else 0  # the partial move's partition 1 is c2's 0
+        before = _stored(fleet.c2, q)
+        assert before[on_target] == 3  # the unacked d4, d5 and req-kept were copied
+        with fleet.managed() as client:
+            again = client.send_batch(q, [OutgoingMessage(d, dedup_id=d, partition=1)
+                                          for d in ids])  # fmt: skip
+        assert all(r.duplicate for r in again), again
+        assert {r.offset for r, d in zip(again, ids, strict=True) if d in acked} == {MOVED_OFFSET}
+        r_acked = _raw_send(fleet.c2, q, q.encode() + b"-r-acked", "retry", on_target)
+        r_kept = _raw_send(fleet.c2, q, q.encode() + b"-r-kept", "retry", on_target)
+        assert r_acked.duplicate and r_acked.offset == MOVED_OFFSET, _dedup_tables(fleet, q)
+        assert r_kept.duplicate and r_kept.offset < 3
+        with fleet.c2.client() as c2:
+            copy = c2.read(q, on_target, r_kept.offset, 1).messages
+            assert copy[0].body == b"req-kept"
+        assert _stored(fleet.c2, q) == before, "a re-send was stored twice on the target"
+    time.sleep(max(0.0, sent_at + DEDUP_WINDOW_MS / 1000 + 0.5 - time.time()))
+    for q in queues:
+        with fleet.managed() as client:
+            late = client.send(q, "d0 again", dedup_id="d0", partition=1)
+        assert not late.duplicate  # the window has ended: a new message
+        r_late = _raw_send(
+            fleet.c2, q, q.encode() + b"-r-acked", "late", 1 if q == "dd-whole" else 0
+        )
+        assert not r_late.duplicate
+
+
+def test_dedup_export_and_seed_are_admin_only_and_bad_entries_write_nothing(
+    fleet: Fleet,
+) -> None:
+    with fleet.c2.client() as admin:
+        admin.create_queue("dd-auth", partitions=1)
+        user = admin.create_principal("dd-user").token
+        admin.add_grant("dd-user", "dd-*", ["send", "receive", "read", "manage"])
+    good = queue_pb2.DedupEntry(dedup_id=b"planted", timestamp_ms=int(time.time() * 1000))
+    bad = queue_pb2.DedupEntry(dedup_id=b"both", request_id=b"both", timestamp_ms=1)
+    seed = queue_pb2.SeedDedupRequest(queue="dd-auth", partition=0, entries=[good, bad])
+    export = queue_pb2.ExportDedupRequest(queue="dd-auth", partition=0)
+    with grpc.insecure_channel(fleet.c2.specs[0].address) as ch:
+        stub = queue_pb2_grpc.QueueServiceStub(ch)
+        for call, request in ((stub.SeedDedup, seed), (stub.ExportDedup, export)):
+            with pytest.raises(grpc.RpcError) as denied:
+                call(request, metadata=(("authorization", f"Bearer {user}"),), timeout=20)
+            assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        md = (("authorization", f"Bearer {fleet.c2.token}"),)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.SeedDedup(seed, metadata=md, timeout=20)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert ("raftq-field", "entries[1]") in (refused.value.trailing_metadata() or ())
+        assert stub.ExportDedup(export, metadata=md, timeout=20).entries == []  # nothing planted
+        bad_part = queue_pb2.ExportDedupRequest(queue="dd-auth", partition=5)
+        with pytest.raises(grpc.RpcError) as out_of_range:
+            stub.ExportDedup(bad_part, metadata=md, timeout=20)
+        assert out_of_range.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert stub.SeedDedup(seed.__class__(queue="dd-auth", entries=[good]), metadata=md,
+                              timeout=20).seeded == 1  # fmt: skip
+        assert [e.dedup_id for e in stub.ExportDedup(export, metadata=md, timeout=20).entries] == [
+            b"planted"
+        ]

@@ -17,7 +17,14 @@ docs/operations.md "Moving a queue between clusters").
   order: a fenced answer's records are final, no Append follows). Served by
   the partition's leader, as Read.
 
-Both are admin calls (core/access.py: methods it does not list need admin).
+- ``export_dedup``: one partition's live dedup entries (record dedup ids and
+  request ids, ``dedup.live_entries``), paged by key, on its leader; reads
+  only. ``seed_dedup``: plant such entries in the target's partition (one
+  ``SeedDedup`` Raft command; seeding twice changes nothing), so a re-send
+  of an acked message's dedup id, or a retried Send, is still a duplicate
+  after the cut-over.
+
+All are admin calls (core/access.py: methods it does not list need admin).
 """
 
 from __future__ import annotations
@@ -28,11 +35,13 @@ from typing import Any
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2, queue_pb2
 from raft_queue.core import metadata as meta
+from raft_queue.core.dedup_carry import MAX_SEED_ENTRIES, DedupEntry, SeedDedup
 from raft_queue.server.api import convert
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.dataplane import bounds
 
 MAX_EXPORT_MESSAGES = 10_000
+MAX_EXPORT_OFFSETS = 50_000  # request offsets per ExportDedup page (bounds its size)
 
 
 class Exporter:
@@ -90,3 +99,41 @@ class Exporter:
             fenced=fenced,
             group_offsets=replica.offsets(),
         )
+
+    async def export_dedup(self, request: Any, forwarded: bool) -> Any:
+        q = self.c.node.queue_spec(request.queue)
+        part = convert.check_range(request.partition, 0, q.spec.partitions - 1, "partition")
+        max_n = convert.check_range(request.max_entries or 1000, 1, MAX_SEED_ENTRIES, "max_entries")
+        replica = self.c.local_leader(q.name, part, forwarded, reads=True)
+        if replica is None:
+            return await self.c.forward_to_leader(q.name, part, "ExportDedup", request)
+        now = int(time.time() * 1000)
+        fenced = bool(replica.stats(now).fenced)  # first: a fenced answer's entries are final
+        page = replica.dedup_entries(bytes(request.after), max_n, MAX_EXPORT_OFFSETS, now)
+        return queue_pb2.ExportDedupResponse(
+            entries=[_entry_pb(e) for e in page.entries],
+            next_key=page.next_key,
+            done=page.done,
+            fenced=fenced,
+        )
+
+    async def seed_dedup(self, request: Any, forwarded: bool) -> Any:
+        q = self.c.node.queue_spec(request.queue)
+        part = convert.check_range(request.partition, 0, q.spec.partitions - 1, "partition")
+        entries = tuple(
+            DedupEntry(e.dedup_id, e.request_id, e.timestamp_ms, tuple(e.offsets))
+            for e in request.entries
+        )
+        command = SeedDedup(entries, int(time.time() * 1000))  # InvalidArgument names the field
+        replica = self.c.local_leader(q.name, part, forwarded)
+        if replica is None:
+            return await self.c.forward_to_leader(q.name, part, "SeedDedup", request)
+        seeded = await self.c.submit(replica, command)
+        return queue_pb2.SeedDedupResponse(seeded=int(seeded))
+
+
+def _entry_pb(e: DedupEntry) -> Any:
+    return queue_pb2.DedupEntry(
+        dedup_id=e.dedup_id, request_id=e.request_id, timestamp_ms=e.timestamp_ms,
+        offsets=e.offsets,
+    )  # fmt: skip

@@ -553,3 +553,55 @@ class ExportPartitionResponse(_message.Message):
     fenced: bool
     group_offsets: _containers.ScalarMap[str, int]
     def __init__(self, messages: _Optional[_Iterable[_Union[ExportedMessage, _Mapping]]] = ..., next_offset: _Optional[int] = ..., latest_offset: _Optional[int] = ..., fenced: _Optional[bool] = ..., group_offsets: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class DedupEntry(_message.Message):
+    __slots__ = ("dedup_id", "request_id", "timestamp_ms", "offsets")
+    DEDUP_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    dedup_id: bytes
+    request_id: bytes
+    timestamp_ms: int
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, dedup_id: _Optional[bytes] = ..., request_id: _Optional[bytes] = ..., timestamp_ms: _Optional[int] = ..., offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ExportDedupRequest(_message.Message):
+    __slots__ = ("queue", "partition", "after", "max_entries")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    MAX_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    partition: int
+    after: bytes
+    max_entries: int
+    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., after: _Optional[bytes] = ..., max_entries: _Optional[int] = ...) -> None: ...
+
+class ExportDedupResponse(_message.Message):
+    __slots__ = ("entries", "next_key", "done", "fenced")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_KEY_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[DedupEntry]
+    next_key: bytes
+    done: bool
+    fenced: bool
+    def __init__(self, entries: _Optional[_Iterable[_Union[DedupEntry, _Mapping]]] = ..., next_key: _Optional[bytes] = ..., done: _Optional[bool] = ..., fenced: _Optional[bool] = ...) -> None: ...
+
+class SeedDedupRequest(_message.Message):
+    __slots__ = ("queue", "partition", "entries")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    partition: int
+    entries: _containers.RepeatedCompositeFieldContainer[DedupEntry]
+    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[DedupEntry, _Mapping]]] = ...) -> None: ...
+
+class SeedDedupResponse(_message.Message):
+    __slots__ = ("seeded",)
+    SEEDED_FIELD_NUMBER: _ClassVar[int]
+    seeded: int
+    def __init__(self, seeded: _Optional[int] = ...) -> None: ...

@@ -129,6 +129,16 @@ class QueueServiceStub:
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SendRequest.SerializeToString,
                 response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SendStreamResponse.FromString,
                 _registered_method=True)
+        self.ExportDedup = channel.unary_unary(
+                '/raft_queue.v1.QueueService/ExportDedup',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ExportDedupRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ExportDedupResponse.FromString,
+                _registered_method=True)
+        self.SeedDedup = channel.unary_unary(
+                '/raft_queue.v1.QueueService/SeedDedup',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SeedDedupRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SeedDedupResponse.FromString,
+                _registered_method=True)
 
 
 class QueueServiceServicer:
@@ -251,6 +261,21 @@ class QueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExportDedup(self, request, context):
+        """A queue move carries dedup windows (docs/operations.md): one partition's
+        live dedup entries (both kinds), paged, read on its leader; and seeding
+        them into the target's partition (one Raft command). Admin only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SeedDedup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -348,6 +373,16 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     servicer.SendStream,
                     request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SendRequest.FromString,
                     response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SendStreamResponse.SerializeToString,
+            ),
+            'ExportDedup': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExportDedup,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ExportDedupRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ExportDedupResponse.SerializeToString,
+            ),
+            'SeedDedup': grpc.unary_unary_rpc_method_handler(
+                    servicer.SeedDedup,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SeedDedupRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SeedDedupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -863,6 +898,60 @@ class QueueService:
             '/raft_queue.v1.QueueService/SendStream',
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SendRequest.SerializeToString,
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SendStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportDedup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.QueueService/ExportDedup',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ExportDedupRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ExportDedupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SeedDedup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.QueueService/SeedDedup',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SeedDedupRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SeedDedupResponse.FromString,
             options,
             channel_credentials,
             insecure,
