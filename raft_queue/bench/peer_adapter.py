@@ -45,6 +45,7 @@ from typing import Any
 from raft_queue.client import MAX_BATCH, Client
 from raft_queue.client.models import Received
 from raft_queue.errors import NotFound, QueueError
+from raft_queue.observability.stagetrace import mark as _stage
 
 SERVER_MODULE = b"raft_queue.server.main"
 
@@ -127,7 +128,9 @@ class RaftQueueAdapter:
         """One Send RPC per MAX_BATCH chunk, up to ``threads`` chunks at a time."""
         client = self._c()
         if len(msgs) <= MAX_BATCH or self._pool is None:
+            _stage("p.send")
             client.send_batch(self.dest, msgs)
+            _stage("p.sent")
             return
         chunks = [msgs[i : i + MAX_BATCH] for i in range(0, len(msgs), MAX_BATCH)]
         for future in [self._pool.submit(client.send_batch, self.dest, c) for c in chunks]:
@@ -141,7 +144,9 @@ class RaftQueueAdapter:
         max_n = min(n, MAX_BATCH)
         if self._receiver is not None:
             return self._consume_ahead(max_n, wait_ms)
+        _stage("k.recv")
         batch = client.receive(self.dest, max_messages=max_n, wait_ms=wait_ms)
+        _stage("k.got" if batch else "k.none")
         if batch:
             client.ack(self.dest, batch, wait=self.ack_mode == "sync")
         return [m.body for m in batch]

@@ -5,8 +5,11 @@ returns at once, without waiting for the ack to be committed. The receipts
 wait here and leave by the first of:
 
 - the client's next ``receive`` of that queue, which carries them
-  (``ReceiveRequest.ack``): the server acks them in the same Raft entry as
-  the new lease, so a consume loop pays one round trip per batch;
+  (``ReceiveRequest.ack``, with ``ack_background``): the server proposes
+  them ahead of the new lease and answers without waiting for their
+  commit, so a consume loop pays one round trip per batch and no Raft
+  round for its acks (their refusals are then not known: ``refused``
+  counts those of flushes only);
 - a timer, ``flush_ms`` after the first receipt waiting (one Ack call per
   queue, from this module's thread);
 - ``flush()`` and ``Client.close()``, which send everything and wait.

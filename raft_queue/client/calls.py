@@ -326,10 +326,13 @@ def receive(
     wait_ms: int,
     consumer: str,
     ack: Sequence[str] = (),
+    ack_background: bool = False,
 ) -> Flow[models.Received]:
     """Lease messages; ``ack``: receipts (checked by ``receipt_list``) to
     ack first, in the same call (and Raft entry, where one node leads both).
-    Retried as a whole: a repeat answers "not found" for acks that applied."""
+    Retried as a whole: a repeat answers "not found" for acks that applied.
+    ``ack_background``: ``ack`` holds background acks only; the answer does
+    not wait for their commit and carries no results for them."""
     fields: dict[str, Any] = {
         "queue": queue,
         "max_messages": max_messages,
@@ -340,10 +343,13 @@ def receive(
         fields["visibility_ms"] = visibility_ms
     request = models.build_request(queue_pb2.ReceiveRequest, **fields)
     request.ack.extend(ack)
+    request.ack_background = bool(ack) and ack_background
     yield from partition_count(router, queue)  # learn the leaders, to prefer one of them
     response = yield Call("Receive", request, SomeLeaderOf(queue), extra_s=wait_ms / 1000)
     messages = [models.message_from_pb(m) for m in response.messages]
-    acks = models.receipt_results_from_pb(list(ack), response.acks) if ack else []
+    acks = []
+    if ack and not request.ack_background:
+        acks = models.receipt_results_from_pb(list(ack), response.acks)
     return models.Received(messages, acks)
 
 

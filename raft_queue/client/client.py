@@ -367,6 +367,17 @@ class Client(Surface):
         if not carried:
             return super().receive(queue, max_messages, visibility_ms, wait_ms, consumer, ack)
         listed = calls.receipt_list(ack) if ack is not None else []
+        if not listed:  # background acks only: the answer does not wait for their commit
+            flow = calls.receive(
+                self._router, queue, max_messages, visibility_ms, wait_ms, consumer, carried, True
+            )
+            try:
+                got = self._run(flow)
+            except QueueError:
+                background.give_back(queue, carried)
+                raise
+            background.carried(len(carried), 0)  # not confirmed: refusals are not known
+            return got
         try:
             got = super().receive(
                 queue, max_messages, visibility_ms, wait_ms, consumer, listed + carried

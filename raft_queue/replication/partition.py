@@ -33,6 +33,7 @@ from pysyncobj.monotonic import monotonic as monotonic_time
 from raft_queue import errors
 from raft_queue.core import codec, commands
 from raft_queue.core.partition import PartitionMachine
+from raft_queue.observability.stagetrace import mark as _stage
 from raft_queue.replication import snapshot
 from raft_queue.replication.diskfiles import drop_page_cache
 from raft_queue.replication.group import MAX_COMMANDS_PER_ENTRY, Pending, ReplicatedGroup
@@ -217,6 +218,8 @@ class PartitionReplica(ReplicatedGroup):
         if not self.standing or self._waking_left <= 0:
             return []
         claimed = self.standing.claim(_wall_ms, max_requests, self._waking_left)
+        if claimed:
+            _stage("x.ride")
         self._waking_left -= sum(lease.max_records for lease, _, _ in claimed)
         # A request's deadline says until when it may be CLAIMED (a lingering
         # one's is the 50 ms linger window); once proposed, its lease waits

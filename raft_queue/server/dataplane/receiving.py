@@ -36,6 +36,7 @@ from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2, queue_pb2
 from raft_queue.core import commands as cmd
 from raft_queue.observability import metrics
+from raft_queue.observability.stagetrace import mark as _stage
 from raft_queue.replication.partition import PartitionReplica
 from raft_queue.server.api import convert, receipt_results
 from raft_queue.server.cluster import Cluster
@@ -111,11 +112,14 @@ class Receiver:
         arrived = asyncio.get_running_loop().time()
         deadline = arrived + wait_ms / 1000
         key = (q.name, request.consumer)
+        _stage("r.in_ack" if request.ack else "r.in")
         carried = self._start_acks(q, request, forwarded)  # before the lease: one entry
         lin = self.lingering.take(key, visibility) if request.consumer else None
         try:
             out = await self._taken_up(q, lin) if lin is not None and lin.taken() else []
             taken_up = bool(out)
+            if lin is not None:
+                _stage("r.linger_got" if out else "r.linger_none")
             if not out:
                 out = await self._receive_now(args, deadline, forwarded, lin)
         except BaseException:
@@ -135,9 +139,13 @@ class Receiver:
             self.lingering.returned(key, arrived, max_n, visibility, local, lin)
         elif lin is not None:
             undo(lin.stands)
+        _stage("r.out" if out else "r.out_empty")
         if carried is None:
             return out, None
         acks, pending = carried
+        if request.ack_background:  # sent, not confirmed: the answer does not wait
+            self._keep(pending)
+            return out, None
         return out, receipt_results.receipts_response(acks, await pending)
 
     async def _receive_now(
@@ -286,9 +294,12 @@ class Receiver:
 
     def _background(self, work: Coroutine[Any, Any, Any]) -> None:
         """Run ``work`` to its end (asyncio holds tasks weakly: keep them)."""
-        task = asyncio.ensure_future(work)
+        self._keep(asyncio.ensure_future(work))
+
+    def _keep(self, task: asyncio.Future[Any]) -> None:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(_retrieved)
 
     async def _local_until(
         self,
@@ -355,6 +366,7 @@ class Receiver:
             _withdraw(stands, keep=False)
             woken.close()
             raise
+        _stage("r.stand")
         waker = asyncio.ensure_future(woken)
         wrapped = [asyncio.wrap_future(s.future) for _, _, s in stands]
         for w in wrapped:  # outcomes are read from the concurrent futures
@@ -373,6 +385,7 @@ class Receiver:
         finally:
             waker.cancel()
         claimed = _withdraw(stands, keep=True)
+        _stage("r.stand_got" if claimed else "r.stand_none")
         return _messages(q, claimed, self.c.receipts, self.c.crypto), not claimed
 
     async def _lease_local(
@@ -392,10 +405,12 @@ class Receiver:
                     continue
                 lease = cmd.Lease(consumer, max_n - len(out), visibility, now_ms())
                 self.c.node.ensure_configured(replica)
+                _stage("r.lease")
                 try:
                     res = await _submit_lease(replica, lease, self.c.timeout_s)
                 except errors.QueueError:
                     continue  # lost leadership or timed out: other partitions still serve
+                _stage("r.lease_got" if res.spans else "r.lease_none")
                 opener = self.c.crypto.opener(q.name, q.uid, part)
                 out.extend(
                     convert.lease_messages(q.name, part, q.uid, res, self.c.receipts, opener)
@@ -429,8 +444,13 @@ class Receiver:
         acks = queue_pb2.AckRequest(queue=q.name, receipts=request.ack, failures_only=True)
         by_part = self.c.receipts.parse(q.name, acks.receipts, q.uid, q.spec.partitions, "ack")
         pending = self.settler.start(q, acks, by_part, forwarded, cmd.Ack, "Ack", carried=True)
-        led = (self.c.node.replica(q.name, part) for part in by_part)
-        _ACKED_ON.set(frozenset(id(r) for r in led if r is not None))
+        if not request.ack_background:
+            # The answer waits for the Ack's commit anyway: a Lease in its
+            # entry costs no round. Background acks are not waited for, so
+            # a Lease that would find nothing must not hold the poll for a
+            # round: the poll stands at once (lingering.py, standing.py).
+            led = (self.c.node.replica(q.name, part) for part in by_part)
+            _ACKED_ON.set(frozenset(id(r) for r in led if r is not None))
         return acks, asyncio.ensure_future(pending)
 
 

@@ -238,20 +238,22 @@ class SendResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ..., runs: _Optional[_Iterable[_Union[SendRun, _Mapping]]] = ...) -> None: ...
 
 class ReceiveRequest(_message.Message):
-    __slots__ = ("queue", "max_messages", "visibility_ms", "wait_ms", "consumer", "ack")
+    __slots__ = ("queue", "max_messages", "visibility_ms", "wait_ms", "consumer", "ack", "ack_background")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     VISIBILITY_MS_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
+    ACK_BACKGROUND_FIELD_NUMBER: _ClassVar[int]
     queue: str
     max_messages: int
     visibility_ms: int
     wait_ms: int
     consumer: str
     ack: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, queue: _Optional[str] = ..., max_messages: _Optional[int] = ..., visibility_ms: _Optional[int] = ..., wait_ms: _Optional[int] = ..., consumer: _Optional[str] = ..., ack: _Optional[_Iterable[str]] = ...) -> None: ...
+    ack_background: bool
+    def __init__(self, queue: _Optional[str] = ..., max_messages: _Optional[int] = ..., visibility_ms: _Optional[int] = ..., wait_ms: _Optional[int] = ..., consumer: _Optional[str] = ..., ack: _Optional[_Iterable[str]] = ..., ack_background: _Optional[bool] = ...) -> None: ...
 
 class ReceiveResponse(_message.Message):
     __slots__ = ("messages", "acks")
