@@ -56,11 +56,12 @@ def test_lease_messages_are_the_leased_records_with_their_receipts(
     result = _leased(records, 3)
     book = Receipts(secret)
     got = convert.lease_messages("q", 2, 77, result, book)
+    # One run per span (the lease crosses two Appends): receipts name their run.
+    assert [(s.offset, s.count, s.epoch) for s in result.spans] == [(1, 1, 1), (2, 2, 1)]
+    handles = [r for s in result.spans for r in book.span("q", 77, 2, s.offset, s.count, 1)]
     want = [
-        convert.message_pb(
-            "q", 2, m.record, book.encode("q", 77, 2, m.record.offset, 1), m.receive_count
-        )
-        for m in result.messages
+        convert.message_pb("q", 2, m.record, handle, m.receive_count)
+        for m, handle in zip(result.messages, handles, strict=True)
     ]
     assert got == want
     assert [m.offset for m in got] == [1, 2, 3]  # across the two appends' segments
