@@ -56,7 +56,7 @@ def test_receipts_of_the_earlier_format_still_act() -> None:
     [
         lambda r: r.replace(":100.4.", ":100.5."),  # widen the run: its MAC breaks
         lambda r: r.replace(":100.4.", ":99.4."),  # move the run
-        lambda r: r.replace("9:1:103:3", "9:1:104:3"),  # an offset past the run
+        lambda r: r.replace("9:1:103:3", "9:1:104:3"),  # an offset past the run (in the next)
         lambda r: r.replace("9:1:103:3", "9:1:99:3"),  # an offset before it
         lambda r: r.replace("9:1:103:3", "9:1:-1:3"),
         lambda r: r.replace("9:1:103:3", "9:1:x:3"),
@@ -69,9 +69,10 @@ def test_receipts_of_the_earlier_format_still_act() -> None:
 )
 def test_a_run_receipt_covers_its_run_only(change: object) -> None:
     lease = BOOK.span("orders", 9, 1, 100, 4, 3)
+    other = BOOK.span("orders", 9, 1, 104, 2, 3)  # the next run, same epoch
     bad = change(lease[3])  # type: ignore[operator]
     assert bad != lease[3]
-    for receipts in ([bad], [*lease[:3], bad], [bad, *lease[:3]]):
+    for receipts in ([bad], [*lease[:3], bad], [bad, *lease[:3]], [*other, bad, lease[0]]):
         with pytest.raises(errors.InvalidArgument) as info:
             BOOK.parse("orders", receipts, 9, 2)
         assert info.value.field == f"receipts[{receipts.index(bad)}]"

@@ -47,6 +47,7 @@ from raft_queue.security.secret import RECEIPT_MAC, derive_key
 
 MAC_BYTES = 16  # 128 bits, as NIST SP 800-107 allows for a truncated HMAC
 MAC_HEX = 2 * MAC_BYTES
+MAX_BULK_RUNS = 16  # an ack of more runs is checked receipt by receipt
 
 UNSIGNED = (
     "receipt carries no MAC (issued before receipts were signed, or by an "
@@ -99,52 +100,68 @@ class Receipts:
         InvalidArgument ``<field>[i]`` at the first bad one, before
         anything is applied."""
         if self._base is not None:
-            bulk = self._one_run(queue, receipts, uid, partitions)
+            bulk = self._few_runs(queue, receipts, uid, partitions)
             if bulk is not None:
                 return bulk
         return receipts_by_partition(self.bodies(queue, receipts, field), uid, partitions, field)
 
-    def _one_run(
+    def _few_runs(
         self, queue: str, receipts: Sequence[str], uid: int, partitions: int
     ) -> dict[int, PartReceipts] | None:
-        """``parse`` for the usual ack (the receipts of one run, every one
-        good), checked by C loops and one MAC; None for anything else (the
-        receipt-by-receipt path then names the bad one)."""
+        """``parse`` for the usual ack (the receipts of one partition and a
+        few runs, every one good), checked by C loops and one MAC per run;
+        None for anything else (the receipt-by-receipt path then names the
+        bad one)."""
         n = len(receipts)
         if not n or list(map(str.count, receipts, repeat(":", n))).count(4) != n:
             return None
         fields = ":".join(receipts).split(":")
         uids, parts, epochs, runs = fields[0::5], fields[1::5], fields[3::5], fields[4::5]
-        first = (uids[0], parts[0], epochs[0], runs[0])
-        if any(
-            col.count(v) != n for col, v in zip((uids, parts, epochs, runs), first, strict=True)
-        ):
+        if uids.count(uids[0]) != n or parts.count(parts[0]) != n:
             return None
+        pairs = set(zip(epochs, runs, strict=True))
+        if len(pairs) > MAX_BULK_RUNS:
+            return None
+        prefix, head = _prefix(queue), f"{uids[0]}:{parts[0]}"
         try:
-            start, count, mac = runs[0].split(".")
             offsets = list(map(int, fields[2::5]))
-            ruid, part, epoch, lo = int(uids[0]), int(parts[0]), int(epochs[0]), int(start)
-            hi = lo + int(count)
-            run = f"{uids[0]}:{parts[0]}:{start}:{count}:{epochs[0]}"
-            signed = hmac.compare_digest(self._run_mac(_prefix(queue), run), mac)
-        except (ValueError, TypeError):  # not a run receipt, or not ASCII
+            checked = {pair: self._run_bounds(prefix, head, *pair) for pair in pairs}
+            ruid, part = int(uids[0]), int(parts[0])
+        except (ValueError, TypeError):  # not run receipts, or not ASCII
             return None
-        if (
-            not signed
-            or ruid != uid
-            or not 0 <= part < partitions
-            or not (lo >= 0 and hi - 1 <= U64_MAX and 0 < epoch <= U32_MAX)
-            or not (min(offsets) >= lo and max(offsets) < hi)
-        ):
+        bounds = {pair: b for pair, b in checked.items() if b is not None}
+        if len(bounds) != len(pairs) or ruid != uid or not 0 <= part < partitions:
             return None
         entry = PartReceipts()
-        o = offsets[0]
-        if offsets == list(range(o, o + n)):
-            entry.add_run(n, o, epoch)  # one lease's receipts, in order
-        else:
-            for i, offset in enumerate(offsets):
-                entry.add(i, offset, epoch)
+        if len(pairs) == 1:
+            lo, hi, epoch = bounds[epochs[0], runs[0]]
+            o = offsets[0]
+            if not (min(offsets) >= lo and max(offsets) < hi):
+                return None
+            if offsets == list(range(o, o + n)):
+                entry.add_run(n, o, epoch)  # one lease's receipts, in order
+                return {part: entry}
+        for i, (offset, pair) in enumerate(
+            zip(offsets, zip(epochs, runs, strict=True), strict=True)
+        ):
+            lo, hi, epoch = bounds[pair]
+            if not lo <= offset < hi:
+                return None
+            entry.add(i, offset, epoch)
         return {part: entry}
+
+    def _run_bounds(
+        self, prefix: bytes, head: str, epoch_s: str, run: str
+    ) -> tuple[int, int, int] | None:
+        """(first offset, end, epoch) of a run receipt's run if its MAC and
+        fields are good, else None. ValueError if it is no run receipt."""
+        start, count, mac = run.split(".")
+        if not hmac.compare_digest(self._run_mac(prefix, f"{head}:{start}:{count}:{epoch_s}"), mac):
+            return None
+        lo, hi, epoch = int(start), int(start) + int(count), int(epoch_s)
+        if not (lo >= 0 and hi - 1 <= U64_MAX and 0 < epoch <= U32_MAX):
+            return None
+        return lo, hi, epoch
 
     def bodies(self, queue: str, receipts: Sequence[str], field: str = "receipts") -> Sequence[str]:
         """The receipts without their MACs (``uid:partition:offset:epoch``),
