@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from raft_queue import errors
@@ -169,3 +171,31 @@ def test_a_forwarded_answer_reads_back_as_the_results_it_carried() -> None:
     results = [(2, 5, False, fsync), (2, 6, False, fsync), (2, 9, True, fsync)]
     assert _from_response(response(results, True)) == results
     assert _from_response(response(results)) == results
+
+
+def test_a_receive_answer_is_built_in_place_and_copied_only_when_it_differs() -> None:
+    records = [NewRecord(b"r%d" % i) for i in range(5)]
+    book = Receipts(b"s" * 32)
+
+    def leased(answer: convert.Answer | None) -> list[Any]:
+        token = convert.ANSWER.set(answer)
+        try:
+            return convert.lease_messages("q", 2, 77, _leased(records, 3), book)
+        finally:
+            convert.ANSWER.reset(token)
+
+    plain = leased(None)  # no answer open: Messages of their own
+    answer = convert.Answer()
+    made = leased(answer)
+    assert made == plain and len(answer.response.messages) == 3
+    acks = queue_pb2.ReceiptsResponse(failures_only=True)
+    response = answer.close(made, acks)
+    assert response.messages[0] is made[0], "no copy: the Messages made in place"
+    assert list(response.messages) == plain and response.acks == acks
+    assert answer.response is None and leased(answer) == plain  # late: made apart
+    for pick in (lambda a: a[:2], lambda a: a[::-1], lambda a: [*a, plain[0]]):
+        answer = convert.Answer()  # some given back, reordered, one from elsewhere
+        picked = pick(leased(answer))
+        response = answer.close(picked, None)
+        assert list(response.messages) == picked, "copied, as returned"
+        assert response.messages[0] is not picked[0]
