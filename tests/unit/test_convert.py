@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
@@ -13,8 +14,11 @@ from raft_queue.config import QueueSpec
 from raft_queue.core.codec import encode
 from raft_queue.core.commands import Append, AppendBlobs, Lease, NewRecord, ReceiptRun
 from raft_queue.core.partition import PartitionMachine
+from raft_queue.core.records import to_blob
 from raft_queue.core.results import LeaseResult
+from raft_queue.core.sealing import open_records, seal_blobs
 from raft_queue.core.segments import summarize
+from raft_queue.security.encryption import encrypter
 from raft_queue.server.api import convert
 from raft_queue.server.dataplane import receipts as receipt_strings
 from raft_queue.server.dataplane.receipts import Receipts
@@ -199,3 +203,39 @@ def test_a_receive_answer_is_built_in_place_and_copied_only_when_it_differs() ->
         response = answer.close(picked, None)
         assert list(response.messages) == picked, "copied, as returned"
         assert response.messages[0] is not picked[0]
+
+
+def _sealed_lease(records: list[NewRecord], uid: int, part: int) -> tuple[LeaseResult, Any]:
+    """A lease of ``records`` stored sealed (encryption at rest), and an opener."""
+    aes = AESGCM(bytes(range(32)))
+    blobs = tuple(to_blob(r) for r in records)
+    sealed, summary = seal_blobs(blobs, summarize(blobs), uid, part, 1, encrypter(aes))
+    machine, store = PartitionMachine(), MemoryStore(PartitionMachine.TABLES)
+    with store.begin(write=True) as txn:
+        machine.apply(txn, AppendBlobs(sealed, 1, b"", summary))
+        machine.apply(txn, Lease("c", 1, 0, 3))  # the first record is not in the result
+        result = machine.apply(txn, Lease("c", len(records), 0, 4))
+    assert isinstance(result, LeaseResult)
+
+    def opener(seg: Any, i: int, j: int) -> list[Any]:
+        dec = lambda key_id, nonce, data, aad: aes.decrypt(nonce, data, aad)  # noqa: E731
+        return open_records(seg, uid, part, dec)[i:j]
+
+    return result, opener
+
+
+@pytest.mark.parametrize("headers", [False, True])
+def test_sealed_records_give_the_same_messages(headers: bool) -> None:
+    extra = {"headers": (("h", b"v"),)} if headers else {}
+    records = [NewRecord(b"r%d" % i, **extra) for i in range(5)]  # type: ignore[arg-type]
+    result, opener = _sealed_lease(records, 77, 2)
+    book = Receipts(b"s" * 32)
+    got = convert.lease_messages("q", 2, 77, result, book, opener)
+    (span,) = result.spans
+    handles = book.span("q", 77, 2, span.offset, span.count, span.epoch)
+    want = [
+        queue_pb2.Message(queue="q", partition=2, offset=o, body=b"r%d" % o, receipt=handle,
+                          timestamp_ms=1, receive_count=1, headers=dict(extra.get("headers", ())))
+        for o, handle in zip(range(1, 5), handles, strict=True)
+    ]  # fmt: skip
+    assert got == want
