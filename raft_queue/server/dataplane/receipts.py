@@ -100,6 +100,8 @@ class Receipts:
         InvalidArgument ``<field>[i]`` at the first bad one, before
         anything is applied."""
         if self._base is not None:
+            # A protobuf repeated field makes a str per item on every walk: once here.
+            receipts = receipts if isinstance(receipts, list) else list(receipts)
             bulk = self._few_runs(queue, receipts, uid, partitions)
             if bulk is not None:
                 return bulk
