@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections import Counter as Tally
+from operator import attrgetter
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
@@ -105,14 +107,14 @@ def count_sent(queue: str, partition: int, n: int) -> None:
         SENT.labels(queue, str(partition)).inc(n)
 
 
+_PARTITION = attrgetter("partition")
+
+
 def count_received(queue: str, messages: Any) -> None:
     """``messages``: the ReceivedMessage protos a Receive returns."""
     if not _enabled or not messages:
         return
-    per: dict[int, int] = {}
-    for m in messages:
-        per[m.partition] = per.get(m.partition, 0) + 1
-    for part, n in per.items():
+    for part, n in Tally(map(_PARTITION, messages)).items():  # C loops: per answer
         RECEIVED.labels(queue, str(part)).inc(n)
 
 

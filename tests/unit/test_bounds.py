@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from raft_queue import errors
+from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.core import commands as cmd
 from raft_queue.observability import metrics
 from raft_queue.replication.host import RaftHost
@@ -78,11 +79,15 @@ def test_a_claim_takes_only_what_the_records_can_feed() -> None:
 
 
 def test_answers_are_cut_at_the_byte_cap_but_never_empty() -> None:
-    class M:
-        def __init__(self, n: int) -> None:
-            self.body, self.key, self.headers = b"x" * n, "", {"h": b"v"}
+    def m(n: int, **extra: object) -> queue_pb2.Message:
+        return queue_pb2.Message(queue="q", body=b"x" * n, headers={"h": b"v"}, **extra)  # type: ignore[arg-type]
 
-    msgs = [M(40) for _ in range(5)]
+    msgs = [m(40) for _ in range(5)]
     assert bounds.within_bytes(msgs, 100) == 2  # 42 bytes each
-    assert bounds.within_bytes([M(500)], 100) == 1, "one alone over the cap still goes"
+    assert bounds.within_bytes([m(500)], 100) == 1, "one alone over the cap still goes"
     assert bounds.within_bytes(msgs, 10_000) == 5
+    # Counted as body, key and headers (not the receipt, offset, ...): the
+    # wire-size shortcut only ever says "all fit" when they do.
+    long = [m(40, receipt="r" * 300, offset=2**60) for _ in range(5)]
+    assert bounds.within_bytes(long, 5 * 42) == 5
+    assert bounds.within_bytes(long, 5 * 42 - 1) == 4

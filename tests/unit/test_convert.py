@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
@@ -11,8 +14,11 @@ from raft_queue.config import QueueSpec
 from raft_queue.core.codec import encode
 from raft_queue.core.commands import Append, AppendBlobs, Lease, NewRecord, ReceiptRun
 from raft_queue.core.partition import PartitionMachine
+from raft_queue.core.records import to_blob
 from raft_queue.core.results import LeaseResult
+from raft_queue.core.sealing import open_records, seal_blobs
 from raft_queue.core.segments import summarize
+from raft_queue.security.encryption import encrypter
 from raft_queue.server.api import convert
 from raft_queue.server.dataplane import receipts as receipt_strings
 from raft_queue.server.dataplane.receipts import Receipts
@@ -56,11 +62,12 @@ def test_lease_messages_are_the_leased_records_with_their_receipts(
     result = _leased(records, 3)
     book = Receipts(secret)
     got = convert.lease_messages("q", 2, 77, result, book)
+    # One run per span (the lease crosses two Appends): receipts name their run.
+    assert [(s.offset, s.count, s.epoch) for s in result.spans] == [(1, 1, 1), (2, 2, 1)]
+    handles = [r for s in result.spans for r in book.span("q", 77, 2, s.offset, s.count, 1)]
     want = [
-        convert.message_pb(
-            "q", 2, m.record, book.encode("q", 77, 2, m.record.offset, 1), m.receive_count
-        )
-        for m in result.messages
+        convert.message_pb("q", 2, m.record, handle, m.receive_count)
+        for m, handle in zip(result.messages, handles, strict=True)
     ]
     assert got == want
     assert [m.offset for m in got] == [1, 2, 3]  # across the two appends' segments
@@ -168,3 +175,67 @@ def test_a_forwarded_answer_reads_back_as_the_results_it_carried() -> None:
     results = [(2, 5, False, fsync), (2, 6, False, fsync), (2, 9, True, fsync)]
     assert _from_response(response(results, True)) == results
     assert _from_response(response(results)) == results
+
+
+def test_a_receive_answer_is_built_in_place_and_copied_only_when_it_differs() -> None:
+    records = [NewRecord(b"r%d" % i) for i in range(5)]
+    book = Receipts(b"s" * 32)
+
+    def leased(answer: convert.Answer | None) -> list[Any]:
+        token = convert.ANSWER.set(answer)
+        try:
+            return convert.lease_messages("q", 2, 77, _leased(records, 3), book)
+        finally:
+            convert.ANSWER.reset(token)
+
+    plain = leased(None)  # no answer open: Messages of their own
+    answer = convert.Answer()
+    made = leased(answer)
+    assert made == plain and len(answer.response.messages) == 3
+    acks = queue_pb2.ReceiptsResponse(failures_only=True)
+    response = answer.close(made, acks)
+    assert response.messages[0] is made[0], "no copy: the Messages made in place"
+    assert list(response.messages) == plain and response.acks == acks
+    assert answer.response is None and leased(answer) == plain  # late: made apart
+    for pick in (lambda a: a[:2], lambda a: a[::-1], lambda a: [*a, plain[0]]):
+        answer = convert.Answer()  # some given back, reordered, one from elsewhere
+        picked = pick(leased(answer))
+        response = answer.close(picked, None)
+        assert list(response.messages) == picked, "copied, as returned"
+        assert response.messages[0] is not picked[0]
+
+
+def _sealed_lease(records: list[NewRecord], uid: int, part: int) -> tuple[LeaseResult, Any]:
+    """A lease of ``records`` stored sealed (encryption at rest), and an opener."""
+    aes = AESGCM(bytes(range(32)))
+    blobs = tuple(to_blob(r) for r in records)
+    sealed, summary = seal_blobs(blobs, summarize(blobs), uid, part, 1, encrypter(aes))
+    machine, store = PartitionMachine(), MemoryStore(PartitionMachine.TABLES)
+    with store.begin(write=True) as txn:
+        machine.apply(txn, AppendBlobs(sealed, 1, b"", summary))
+        machine.apply(txn, Lease("c", 1, 0, 3))  # the first record is not in the result
+        result = machine.apply(txn, Lease("c", len(records), 0, 4))
+    assert isinstance(result, LeaseResult)
+
+    def opener(seg: Any, i: int, j: int) -> list[Any]:
+        dec = lambda key_id, nonce, data, aad: aes.decrypt(nonce, data, aad)  # noqa: E731
+        return open_records(seg, uid, part, dec)[i:j]
+
+    return result, opener
+
+
+@pytest.mark.parametrize("headers", [False, True])
+def test_sealed_records_give_the_same_messages(headers: bool) -> None:
+    extra = {"headers": (("h", b"v"),)} if headers else {}
+    records = [NewRecord(b"r%d" % i, **extra) for i in range(5)]  # type: ignore[arg-type]
+    result, opener = _sealed_lease(records, 77, 2)
+    book = Receipts(b"s" * 32)
+    got = convert.lease_messages("q", 2, 77, result, book, opener)
+    (span,) = result.spans
+    handles = book.span("q", 77, 2, span.offset, span.count, span.epoch)
+    want = [
+        queue_pb2.Message(queue="q", partition=2, offset=o, body=b"r%d" % o, receipt=handle,
+                          timestamp_ms=1, receive_count=1, headers=dict(extra.get("headers", ())))
+        for o, handle in zip(range(1, 5), handles, strict=True)
+    ]  # fmt: skip
+    assert got == want

@@ -11,6 +11,7 @@ import pytest
 
 from raft_queue import errors
 from raft_queue.core.commands import ReceiptRun
+from raft_queue.security.secret import RECEIPT_MAC, derive_key
 from raft_queue.server.dataplane.receipts import FORGED, MAC_HEX, UNSIGNED, HmacSha256, Receipts
 
 SECRET = b"\x01" * 32
@@ -19,9 +20,74 @@ BOOK = Receipts(SECRET)
 
 def test_a_genuine_lease_of_receipts_parses_to_one_run() -> None:
     lease = BOOK.span("orders", 9, 1, 100, 1000, 3)
-    assert all(len(r.rsplit(":", 1)[1]) == MAC_HEX for r in lease)
+    assert all(len(r.rsplit(".", 1)[1]) == MAC_HEX for r in lease)
+    assert lease[5].startswith("9:1:105:3:100.1000.")
+    assert len({r.rsplit(":", 1)[1] for r in lease}) == 1  # one MAC for the run
     (entry,) = BOOK.parse("orders", lease, 9, 2).values()
     assert entry.runs() == (ReceiptRun(100, 1000, 3),)
+    # Any subset, in any order, of one run or of several: the same records.
+    some = [lease[7], lease[3], *BOOK.span("orders", 9, 1, 5000, 2, 4), lease[999]]
+    (entry,) = BOOK.parse("orders", some, 9, 2).values()
+    assert entry.runs() == (
+        ReceiptRun(107, 1, 3), ReceiptRun(103, 1, 3), ReceiptRun(5000, 2, 4), ReceiptRun(1099, 1, 3)
+    )  # fmt: skip
+    assert entry.indexes == [0, 1, 2, 3, 4]
+    (entry,) = BOOK.parse("orders", [lease[9], lease[8]], 9, 2).values()  # one run, out of order
+    assert entry.runs() == (ReceiptRun(109, 1, 3), ReceiptRun(108, 1, 3))
+
+
+def _old_format(queue: str, uid: int, part: int, offset: int, epoch: int) -> str:
+    """A receipt as nodes issued them before runs: one MAC over the four fields."""
+    body = f"{uid}:{part}:{offset}:{epoch}"
+    mac = hmac.new(derive_key(SECRET, RECEIPT_MAC), f"{queue}\0{body}".encode(), "sha256")
+    return f"{body}:{mac.digest()[:16].hex()}"
+
+
+def test_receipts_of_the_earlier_format_still_act() -> None:
+    old = [_old_format("orders", 9, 1, o, 3) for o in (100, 101)]
+    (entry,) = BOOK.parse("orders", [*old, *BOOK.span("orders", 9, 1, 102, 2, 3)], 9, 2).values()
+    assert entry.runs() == (ReceiptRun(100, 4, 3),)
+    with pytest.raises(errors.InvalidArgument, match="bad MAC"):
+        BOOK.parse("orders", [old[0][:-1] + "0"], 9, 2)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda r: r.replace(":100.4.", ":100.5."),  # widen the run: its MAC breaks
+        lambda r: r.replace(":100.4.", ":99.4."),  # move the run
+        lambda r: r.replace("9:1:103:3", "9:1:104:3"),  # an offset past the run (in the next)
+        lambda r: r.replace("9:1:103:3", "9:1:99:3"),  # an offset before it
+        lambda r: r.replace("9:1:103:3", "9:1:-1:3"),
+        lambda r: r.replace("9:1:103:3", "9:1:x:3"),
+        lambda r: r.replace(":3:100.4.", ":4:100.4."),  # another epoch
+        lambda r: r.replace("9:1:103", "9:0:103"),  # another partition
+        lambda r: r.replace(":100.4.", ":100.4"),  # run and MAC not split
+        lambda r: r.replace(".", ":", 1),  # a field too many
+        lambda r: r + "é",
+    ],
+)
+def test_a_run_receipt_covers_its_run_only(change: object) -> None:
+    lease = BOOK.span("orders", 9, 1, 100, 4, 3)
+    other = BOOK.span("orders", 9, 1, 104, 2, 3)  # the next run, same epoch
+    bad = change(lease[3])  # type: ignore[operator]
+    assert bad != lease[3]
+    for receipts in ([bad], [*lease[:3], bad], [bad, *lease[:3]], [*other, bad, lease[0]]):
+        with pytest.raises(errors.InvalidArgument) as info:
+            BOOK.parse("orders", receipts, 9, 2)
+        assert info.value.field == f"receipts[{receipts.index(bad)}]"
+
+
+def test_a_run_mac_is_no_receipt_mac_of_the_earlier_format() -> None:
+    """The run's MAC, presented as a one-receipt MAC over a body that spells
+    the run, is refused: the two MAC inputs differ (``run:`` prefix)."""
+    (r,) = BOOK.span("orders", 9, 1, 100, 1, 3)
+    mac = r.rsplit(".", 1)[1]
+    for body in ("9:1:100:1:3", "9:1:100:3"):
+        with pytest.raises(errors.InvalidArgument):
+            BOOK.bodies("orders", [f"{body}:{mac}"])  # the MAC check alone refuses it
+        with pytest.raises(errors.InvalidArgument, match="bad MAC|not a receipt"):
+            BOOK.parse("orders", [f"{body}:{mac}"], 9, 2)
 
 
 def _altered(receipt: str, field: int, value: str) -> str:

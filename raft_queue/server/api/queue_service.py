@@ -132,18 +132,24 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
     async def Receive(self, request: Any, context: Any) -> Any:  # noqa: N802
         forwarded = is_forwarded(context)
         poll_id = poll_id_of(context) if forwarded else ""
-        if request.wait_ms and not forwarded:  # a client's long poll: its principal's cap
-            with self.polls.hold(CALLER_PRINCIPAL.get()):
+        answer = convert.Answer()  # its Messages are made in place (convert.Answer)
+        convert.ANSWER.set(answer)  # (this request's task: its context alone)
+        try:
+            if request.wait_ms and not forwarded:  # a client's long poll: its principal's cap
+                with self.polls.hold(CALLER_PRINCIPAL.get()):
+                    messages, acks = await self.receiver.receive_acking(request, forwarded)
+            elif poll_id:  # its caller may withdraw it (dataplane/withdrawals.py)
+                work = self.receiver.receive_acking(request, forwarded)
+                got = await self.c.forwarded_polls.run(poll_id, work)
+                messages, acks = got if got is not None else ([], None)
+            else:
                 messages, acks = await self.receiver.receive_acking(request, forwarded)
-        elif poll_id:  # its caller may withdraw it (dataplane/withdrawals.py)
-            work = self.receiver.receive_acking(request, forwarded)
-            got = await self.c.forwarded_polls.run(poll_id, work)
-            messages, acks = got if got is not None else ([], None)
-        else:
-            messages, acks = await self.receiver.receive_acking(request, forwarded)
+        except BaseException:
+            answer.close((), None)
+            raise
         if not forwarded:  # counted once, by the node that answers the client
             metrics.count_received(request.queue, messages)
-        return queue_pb2.ReceiveResponse(messages=messages, acks=acks)
+        return answer.close(messages, acks)
 
     async def _settle(self, request: Any, context: Any, make: Any, method: str) -> Any:
         results = await self.receiver.settle(request, is_forwarded(context), make, method)

@@ -1,13 +1,24 @@
 """Receipt strings: the one place they are made and read.
 
-A receipt is ``<queue uid>:<partition>:<offset>:<lease epoch>:<mac>``. The
-uid makes a receipt of a deleted-and-recreated queue invalid; the epoch makes
-one of an earlier lease stale (core/receipts.py). The MAC is HMAC-SHA256,
-truncated to 128 bits (hex), under ``derive_key(secret, RECEIPT_MAC)`` over
-the queue name and every other field, so a receipt cannot be guessed, altered
-(another offset, epoch, partition) or carried to another queue: one consumer
-cannot ack or extend another's lease. Every node of a cluster holds the key,
-so any node can check a receipt before anything is proposed.
+A receipt is ``<queue uid>:<partition>:<offset>:<lease epoch>:<run>.<count>.<mac>``.
+The uid makes a receipt of a deleted-and-recreated queue invalid; the epoch
+makes one of an earlier lease stale (core/receipts.py). ``run`` and ``count``
+name the lease's run the record was leased in (offsets ``run .. run+count-1``,
+all of that epoch), and the MAC is HMAC-SHA256, truncated to 128 bits (hex),
+under ``derive_key(secret, RECEIPT_MAC)`` over the queue name and the run
+(``run:<uid>:<partition>:<run>:<count>:<epoch>``): one MAC per run, not per
+message, and a receipt's offset must lie inside its run. So a receipt cannot
+be guessed, altered (an offset outside its run, another epoch, partition,
+run or count) or carried to another queue: one consumer cannot ack or extend
+another's lease; every offset a run covers was leased under that epoch in
+that one lease, so naming any of them names a receipt the node issued. Every
+node of a cluster holds the key, so any node can check a receipt before
+anything is proposed.
+
+Receipts of the earlier format, one MAC per receipt
+(``<uid>:<partition>:<offset>:<epoch>:<mac>``, the MAC over the four fields),
+are still taken. The two MAC inputs cannot be confused: a run's starts with
+``run:``, a per-receipt one with the uid's digits.
 
 A receipt that fails its MAC, or carries none (issued before receipts were
 signed), is refused as bad input: INVALID_ARGUMENT naming ``receipts[i]``,
@@ -36,6 +47,7 @@ from raft_queue.security.secret import RECEIPT_MAC, derive_key
 
 MAC_BYTES = 16  # 128 bits, as NIST SP 800-107 allows for a truncated HMAC
 MAC_HEX = 2 * MAC_BYTES
+MAX_BULK_RUNS = 16  # an ack of more runs is checked receipt by receipt
 
 UNSIGNED = (
     "receipt carries no MAC (issued before receipts were signed, or by an "
@@ -62,13 +74,19 @@ class Receipts:
     def span(
         self, queue: str, uid: int, partition: int, offset: int, count: int, epoch: int
     ) -> list[str]:
-        """The receipts of one lease's ``count`` records from ``offset``."""
-        head, tail = f"{uid}:{partition}:", f":{epoch}"
-        bodies = [f"{head}{o}{tail}" for o in range(offset, offset + count)]
+        """The receipts of one lease's ``count`` records from ``offset``: one
+        MAC for the run, each receipt its offset plus the run's signed tail."""
+        head = f"{uid}:{partition}:"
         if self._base is None:
-            return bodies
-        prefix, digest = _prefix(queue), self._base.digest
-        return [f"{b}:{digest(prefix + b.encode())[:MAC_BYTES].hex()}" for b in bodies]
+            tail = f":{epoch}"
+        else:
+            mac = self._run_mac(_prefix(queue), f"{uid}:{partition}:{offset}:{count}:{epoch}")
+            tail = f":{epoch}:{offset}.{count}.{mac}"
+        return [f"{head}{o}{tail}" for o in range(offset, offset + count)]
+
+    def _run_mac(self, prefix: bytes, run: str) -> str:
+        assert self._base is not None
+        return self._base.digest(prefix + b"run:" + run.encode())[:MAC_BYTES].hex()
 
     def parse(
         self,
@@ -81,32 +99,126 @@ class Receipts:
         """Every receipt checked (MAC, then fields) and grouped by partition;
         InvalidArgument ``<field>[i]`` at the first bad one, before
         anything is applied."""
+        if self._base is not None:
+            # A protobuf repeated field makes a str per item on every walk: once here.
+            receipts = receipts if isinstance(receipts, list) else list(receipts)
+            bulk = self._few_runs(queue, receipts, uid, partitions)
+            if bulk is not None:
+                return bulk
         return receipts_by_partition(self.bodies(queue, receipts, field), uid, partitions, field)
 
+    def _few_runs(
+        self, queue: str, receipts: Sequence[str], uid: int, partitions: int
+    ) -> dict[int, PartReceipts] | None:
+        """``parse`` for the usual ack (the receipts of one partition and a
+        few runs, every one good), checked by C loops and one MAC per run;
+        None for anything else (the receipt-by-receipt path then names the
+        bad one)."""
+        n = len(receipts)
+        if not n or list(map(str.count, receipts, repeat(":", n))).count(4) != n:
+            return None
+        fields = ":".join(receipts).split(":")
+        uids, parts, epochs, runs = fields[0::5], fields[1::5], fields[3::5], fields[4::5]
+        if uids.count(uids[0]) != n or parts.count(parts[0]) != n:
+            return None
+        pairs = set(zip(epochs, runs, strict=True))
+        if len(pairs) > MAX_BULK_RUNS:
+            return None
+        prefix, head = _prefix(queue), f"{uids[0]}:{parts[0]}"
+        try:
+            offsets = list(map(int, fields[2::5]))
+            checked = {pair: self._run_bounds(prefix, head, *pair) for pair in pairs}
+            ruid, part = int(uids[0]), int(parts[0])
+        except (ValueError, TypeError):  # not run receipts, or not ASCII
+            return None
+        bounds = {pair: b for pair, b in checked.items() if b is not None}
+        if len(bounds) != len(pairs) or ruid != uid or not 0 <= part < partitions:
+            return None
+        entry = PartReceipts()
+        if len(pairs) == 1:
+            lo, hi, epoch = bounds[epochs[0], runs[0]]
+            o = offsets[0]
+            if not (min(offsets) >= lo and max(offsets) < hi):
+                return None
+            if offsets == list(range(o, o + n)):
+                entry.add_run(n, o, epoch)  # one lease's receipts, in order
+                return {part: entry}
+        for i, (offset, pair) in enumerate(
+            zip(offsets, zip(epochs, runs, strict=True), strict=True)
+        ):
+            lo, hi, epoch = bounds[pair]
+            if not lo <= offset < hi:
+                return None
+            entry.add(i, offset, epoch)
+        return {part: entry}
+
+    def _run_bounds(
+        self, prefix: bytes, head: str, epoch_s: str, run: str
+    ) -> tuple[int, int, int] | None:
+        """(first offset, end, epoch) of a run receipt's run if its MAC and
+        fields are good, else None. ValueError if it is no run receipt."""
+        start, count, mac = run.split(".")
+        if not hmac.compare_digest(self._run_mac(prefix, f"{head}:{start}:{count}:{epoch_s}"), mac):
+            return None
+        lo, hi, epoch = int(start), int(start) + int(count), int(epoch_s)
+        if not (lo >= 0 and hi - 1 <= U64_MAX and 0 < epoch <= U32_MAX):
+            return None
+        return lo, hi, epoch
+
     def bodies(self, queue: str, receipts: Sequence[str], field: str = "receipts") -> Sequence[str]:
-        """The receipts without their MACs, each MAC checked (constant time)."""
+        """The receipts without their MACs (``uid:partition:offset:epoch``),
+        each MAC checked (constant time; a run's once per call)."""
         if self._base is None:
             return receipts
         prefix, digest, same = _prefix(queue), self._base.digest, hmac.compare_digest
+        good_runs: set[tuple[str, str, str, str]] = set()
         out: list[str] = []
         add = out.append
         for i, receipt in enumerate(receipts):
             body, _, given = receipt.rpartition(":")
-            try:
-                ok = same(digest(prefix + body.encode())[:MAC_BYTES].hex(), given)
-            except TypeError:  # not ASCII: no MAC of ours
-                ok = False
+            if "." in given:  # one MAC per run
+                ok = self._in_good_run(prefix, body, given, good_runs)
+            else:
+                try:
+                    ok = same(digest(prefix + body.encode())[:MAC_BYTES].hex(), given)
+                except TypeError:  # not ASCII: no MAC of ours
+                    ok = False
             if not ok:
                 raise _refused(i, receipt, field)
             add(body)
         return out
 
+    def _in_good_run(
+        self, prefix: bytes, body: str, given: str, good: set[tuple[str, str, str, str]]
+    ) -> bool:
+        """Whether ``body``'s offset lies in the run ``given`` names and the
+        run's MAC is good (remembered in ``good`` for the call)."""
+        b, g = body.split(":"), given.split(".")
+        if len(b) != 4 or len(g) != 3:
+            return False
+        uid, part, offset, epoch = b
+        start, count, mac = g
+        key = (uid, part, epoch, given)
+        if key not in good:
+            try:
+                expected = self._run_mac(prefix, f"{uid}:{part}:{start}:{count}:{epoch}")
+                if not hmac.compare_digest(expected, mac):
+                    return False
+            except (TypeError, UnicodeEncodeError):
+                return False
+            good.add(key)
+        try:
+            return int(start) <= int(offset) < int(start) + int(count)
+        except ValueError:
+            return False
+
 
 def _refused(i: int, receipt: str, field: str = "receipts") -> errors.InvalidArgument:
     body, _, given = receipt.rpartition(":")
+    mac = given.rpartition(".")[2]
     if len(given) != MAC_HEX and receipt.count(":") == 3:
         why = UNSIGNED
-    elif body.count(":") != 3 or len(given) != MAC_HEX:
+    elif body.count(":") != 3 or len(mac) != MAC_HEX:
         why = f"{receipt!r} is not a receipt"
     else:
         why = FORGED
