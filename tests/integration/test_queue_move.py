@@ -754,6 +754,9 @@ def _leased_then_moved(
               30)  # fmt: skip
         info = admin.move_status(queue).moves[0]
     assert (info.phase, info.leases_left) == ("leases", len(held)), info
+    status = fleet.raftq("queue", "move", queue, "status")
+    assert status.exit_code == 0 and "  leases  " in status.output, status.output
+    assert f"{len(held)} carried lease(s) still followed" in status.output, status.output
     return holder, held, leased_at
 
 
