@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from raft_queue import errors
+from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.core import access
 from raft_queue.core.codec import decode, encode
 from raft_queue.core.commands import Ack, ChangeVisibility, Nack, NewRecord, ReceiptRef
@@ -144,3 +145,60 @@ def test_the_move_keeps_its_carried_leases_until_each_is_settled() -> None:
     again = ManagerMachine.from_bytes(m.to_bytes())  # a snapshot keeps them
     assert again.move("q") == move
     assert m.apply(move_state.SettleLeases("q", ((1, 7),), (), 6)).phase == "done"
+
+
+class _Source:
+    """A fenced source partition as ExportPartition shows it: offset -> (state, at_ms);
+    offsets below ``earliest`` were acked and compacted."""
+
+    def __init__(self, states: dict[int, tuple[str, int]], earliest: int = 0) -> None:
+        self.states, self.earliest, self.gone = states, earliest, False
+
+    def export_partition(self, queue: str, part: int, offset: int, n: int) -> Any:
+        if self.gone:
+            raise errors.NotFound("queue gone")
+        latest = max(self.states) + 1
+        lo = max(offset, self.earliest)
+        offsets = list(range(lo, min(lo + n, latest)))
+        messages = [
+            queue_pb2.ExportedMessage(
+                message=queue_pb2.Message(offset=o),
+                state=self.states[o][0],
+                at_ms=self.states[o][1],
+            )
+            for o in offsets
+        ]
+        return queue_pb2.ExportPartitionResponse(
+            messages=messages, next_offset=(offsets[-1] + 1) if offsets else lo,
+            latest_offset=latest,
+        )  # fmt: skip
+
+
+class _Target:
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, list[int], str, int]] = []
+
+    def settle_carried(self, queue: str, part: int, offsets: list[int], action: str,
+                       until: int) -> None:  # fmt: skip
+        self.calls.append((part, sorted(offsets), action, until))
+
+
+def test_one_follow_round_does_to_each_copy_what_was_done_at_the_source() -> None:
+    d, now = 20_000, 10_000
+    src = _Source({0: ("done", 0), 1: ("done", 0), 2: ("in_flight", d), 3: ("queued", 0),
+                   4: ("delayed", 15_000), 5: ("in_flight", 26_000), 6: ("in_flight", d)},
+                  earliest=1)  # fmt: skip
+    dst = _Target()
+    leases = [(0, o, 1, 100 + o, d) for o in range(7)]
+    settled, changed = carried_leases.follow(src, dst, "q", leases, now)
+    assert sorted(dst.calls) == [
+        (1, [100, 101], "ack", 0),  # 0 compacted (acked), 1 acked
+        (1, [103], "nack", 0),
+        (1, [104], "nack", 15_000),
+        (1, [105], "visibility", 26_000),
+    ]
+    assert sorted(settled) == [(0, 0), (0, 1), (0, 3), (0, 4)]
+    assert changed == [(0, 5, 26_000)]  # 2 and 6: still held, followed on
+    src.gone = True  # the source queue deleted: nothing left to follow
+    settled, _ = carried_leases.follow(src, _Target(), "q", leases[2:3], now)
+    assert settled == [(0, 2)]
