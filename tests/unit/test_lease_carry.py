@@ -202,3 +202,20 @@ def test_one_follow_round_does_to_each_copy_what_was_done_at_the_source() -> Non
     src.gone = True  # the source queue deleted: nothing left to follow
     settled, _ = carried_leases.follow(src, _Target(), "q", leases[2:3], now)
     assert settled == [(0, 2)]
+
+
+def test_replicas_applying_the_carry_as_bytes_hold_the_same_state() -> None:
+    cmd = CarryLeases((CarriedLease(1, 5000, 1), CarriedLease(4, 6000, 3)), 200)
+    a, b = target(ordering="fifo"), target(ordering="fifo")
+    a.apply(cmd)
+    with b.store.begin(write=True) as txn:
+        assert b.machine.apply_encoded(txn, encode(cmd)) == 2
+    assert a.digest() == b.digest()
+    assert a.digest() != target(ordering="fifo").digest()
+
+
+def test_copies_a_queue_delay_holds_back_wait_as_a_lease_walk_leaves_them() -> None:
+    p = target(delay_ms=1000)  # appended at t=100: visible at 1100
+    p.apply(CarryLeases((CarriedLease(2, 5000, 1),), 200))
+    assert p.history(0).state == "delayed" and p.history(2).state == "in_flight"
+    assert p.leased_offsets(1100, 10) == [0, 1, 3, 4, 5]
