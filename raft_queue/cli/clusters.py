@@ -146,6 +146,7 @@ def _move_row(m: Any) -> dict[str, Any]:
         "partitions": m.partitions, "messages": m.messages, "copied": m.copied,
         "started_ms": m.started_ms, "phase_ms": m.phase_ms, "finished_ms": m.finished_ms,
         "error": m.error, "moved_partitions": list(m.moved_partitions),
+        "leases_left": m.leases_left,
     }  # fmt: skip
 
 
@@ -161,6 +162,8 @@ def _move_line(m: dict[str, Any]) -> str:
     line = f"queue {m['queue']}: {m['source']} -> {m['target']}  {m['phase']}"
     if m["moved_partitions"]:  # a partial move
         line += "  partitions " + ",".join(str(p) for p in m["moved_partitions"])
+    if m["phase"] == "leases":
+        line += f"  (cut over; {m['leases_left']} carried lease(s) still followed at the source)"
     if m["phase"] == "done":
         took = (m["finished_ms"] - m["started_ms"]) / 1000
         line += f"  ({m['copied']} message(s) copied in {took:.1f} s)"

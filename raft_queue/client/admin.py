@@ -109,6 +109,20 @@ class AdminSurface:
         router = self._router  # type: ignore[attr-defined]
         return self._run(moving.seed_dedup(router, queue, partition, entries))
 
+    def carry_leases(self, queue: str, partition: int, leases: Sequence[Any]) -> Any:
+        """Lease ``partition``'s copies named by ``CarriedLease`` messages until
+        their deadlines (``CarryLeasesResponse``: how many were new)."""
+        router = self._router  # type: ignore[attr-defined]
+        return self._run(moving.carry_leases(router, queue, partition, leases))
+
+    def settle_carried(
+        self, queue: str, partition: int, offsets: Sequence[int], action: str, until_ms: int = 0
+    ) -> Any:
+        """Ack / nack / change the deadline of carried leases (``SettleCarriedResponse``)."""
+        router = self._router  # type: ignore[attr-defined]
+        flow = moving.settle_carried(router, queue, partition, offsets, action, until_ms)
+        return self._run(flow)
+
     # ---- encryption at rest --------------------------------------------------------
     def rotate_queue_key(self, queue: str) -> Any:
         """A new data key for ``queue``: new messages are sealed with it, older

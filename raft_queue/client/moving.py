@@ -55,3 +55,27 @@ def seed_dedup(router: Router, queue: str, partition: int, entries: Sequence[Any
     target = PartitionLeaders(queue, [partition])
     response = yield Call("SeedDedup", request, target, mutating=True, idempotent=True)
     return response
+
+
+def carry_leases(router: Router, queue: str, partition: int, leases: Sequence[Any]) -> Flow[Any]:
+    """CarryLeasesResponse (how many were leased); on the partition's leader.
+    ``leases``: CarriedLease messages. Idempotent (carried ones are skipped)."""
+    request = queue_pb2.CarryLeasesRequest(queue=queue, partition=partition, leases=leases)
+    yield from partition_count(router, queue)
+    target = PartitionLeaders(queue, [partition])
+    response = yield Call("CarryLeases", request, target, mutating=True, idempotent=True)
+    return response
+
+
+def settle_carried(
+    router: Router, queue: str, partition: int, offsets: Sequence[int], action: str, until_ms: int
+) -> Flow[Any]:
+    """SettleCarriedResponse (an outcome per offset); on the partition's
+    leader. Idempotent: a carried lease settled before answers stale/not_found."""
+    request = queue_pb2.SettleCarriedRequest(
+        queue=queue, partition=partition, offsets=offsets, action=action, until_ms=until_ms
+    )
+    yield from partition_count(router, queue)
+    target = PartitionLeaders(queue, [partition])
+    response = yield Call("SettleCarried", request, target, mutating=True, idempotent=True)
+    return response

@@ -41,6 +41,7 @@ from raft_queue.core.commands import (
     receipt_runs,
 )
 from raft_queue.core.dedup_carry import SeedDedup, decode_seed, encode_seed
+from raft_queue.core.lease_carry import CarryLeases, decode_carry, encode_carry
 from raft_queue.core.records import from_blob, to_blob, widen_blob
 from raft_queue.core.segments import (
     BODY_U32,
@@ -300,6 +301,7 @@ _CODECS: dict[int, tuple[type, _Enc, _Dec]] = {
     15: (ChangeVisibility, _enc_change, _dec_change),
     16: (Release, _enc_ack, lambda r: Release(_read_receipts(r), r.uvarint())),
     18: (SeedDedup, encode_seed, decode_seed),  # a move's dedup windows (dedup_carry)
+    19: (CarryLeases, encode_carry, decode_carry),  # a move's leases (lease_carry)
 }
 _TAGS: dict[type, tuple[int, _Enc]] = {cls: (tag, enc) for tag, (cls, enc, _) in _CODECS.items()}
 _CODECS.update(

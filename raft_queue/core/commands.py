@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from raft_queue.core import validate as v
 from raft_queue.core.dedup_carry import SeedDedup as SeedDedup  # a move's dedup windows
+from raft_queue.core.lease_carry import CarryLeases as CarryLeases  # a move's leases
 from raft_queue.core.records import NewRecord as NewRecord  # commands carry records
 from raft_queue.core.segments import Summary
 from raft_queue.core.wire import U32_MAX, U64_MAX
@@ -355,6 +356,7 @@ Command: TypeAlias = (
     | Purge
     | ForgetDead
     | SeedDedup
+    | CarryLeases
     | Batch
 )
 _SIMPLE = (
@@ -371,6 +373,7 @@ _SIMPLE = (
     Purge,
     ForgetDead,
     SeedDedup,
+    CarryLeases,
 )
 
 

@@ -21,13 +21,14 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
-from raft_queue.core import appends, dedup, delivery, queries, receipts, retention
+from raft_queue.core import appends, carrying, dedup, delivery, queries, receipts, retention
 from raft_queue.core.codec import TAG_APPEND, TAG_BATCH, decode, encode, split_batch
 from raft_queue.core.commands import (
     Ack,
     Append,
     AppendBlobs,
     Batch,
+    CarryLeases,
     ChangeVisibility,
     Command,
     CommitOffset,
@@ -257,6 +258,11 @@ def _seed_dedup(view: View, cmd: SeedDedup) -> int:
     return dedup.seed(view, cmd.entries)
 
 
+def _carry_leases(view: View, cmd: CarryLeases) -> int:
+    view.at(cmd.now_ms)
+    return carrying.carry(view, cmd.leases)
+
+
 def _batch(view: View, cmd: Batch) -> tuple[Result, ...]:
     """One transaction, one counters write; results in command order."""
     return tuple(_HANDLERS[type(sub)](view, sub) for sub in cmd.commands)
@@ -276,5 +282,6 @@ _HANDLERS: dict[type, Callable[[View, Any], Result]] = {
     Purge: _purge,
     ForgetDead: _forget_dead,
     SeedDedup: _seed_dedup,
+    CarryLeases: _carry_leases,
     Batch: _batch,
 }

@@ -141,7 +141,7 @@ def history(txn: KVTxn, offset: int) -> History | None:
     if item is None or run is None or offset >= int_of(item[0]) + run.length:
         return History("done", 0, ())  # in no run: finished
     events = tuple(LeaseEvent(*event) for event in lease_events(run.history))
-    return History(_STATE_NAMES[run.status], run.receive_count, events)
+    return History(_STATE_NAMES[run.status], run.receive_count, events, run.epoch, run.at_ms)
 
 
 def next_due_ms(txn: KVTxn) -> int | None:

@@ -16,7 +16,7 @@ encoded. Each keeps a per-record view (``items``, ``messages``,
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from raft_queue.core.records import StoredRecord
@@ -183,6 +183,9 @@ class History:
     state: str  # queued | in_flight | delayed | blocked | dead | done
     receive_count: int
     deliveries: tuple[LeaseEvent, ...]  # oldest first, the last HISTORY_LIMIT
+    # For a move's export (not compared: GetHistory's answer is the above).
+    epoch: int = field(default=0, compare=False)  # the current (or last) lease's; 0: never
+    at_ms: int = field(default=0, compare=False)  # in_flight: deadline; delayed: visible at
 
 
 Result: TypeAlias = (

@@ -9,7 +9,13 @@ picks the move up where the log says it is:
   source's fenced;
 - ``fenced``: the source refuses sends and leases nothing; its unfinished
   records are being copied to the target;
-- ``done`` (FinishMove, the cut-over): the mapping names the target;
+- ``leases`` (FinishMove, the cut-over, when leases were carried): the
+  mapping names the target; the records leased at the source when it was
+  fenced are leased on the target too (``leases``), and the mover follows
+  each source lease (acked, nacked, its deadline changed) until none is
+  left (SettleLeases), then ``done``;
+- ``done`` (FinishMove, the cut-over, or the last SettleLeases): the mapping
+  names the target;
 - ``cancelling`` (before the cut-over only): the source is to be unfenced and
   the target's copy dropped; then ``cancelled``.
 
@@ -27,14 +33,20 @@ from raft_queue import errors
 if TYPE_CHECKING:
     from raft_queue.manager.state import ManagerMachine
 
-PHASES = ("starting", "fenced", "done", "cancelling", "cancelled")
-ACTIVE = ("starting", "fenced", "cancelling")
+PHASES = ("starting", "fenced", "leases", "done", "cancelling", "cancelled")
+ACTIVE = ("starting", "fenced", "leases", "cancelling")
+#: Active phases before the cut-over: one such move at a time, manager-wide.
+FENCING = ("starting", "fenced", "cancelling")
 #: phase -> the phases it may go to
 NEXT = {
     "starting": ("fenced", "cancelling"),
-    "fenced": ("done", "cancelling"),
+    "fenced": ("done", "leases", "cancelling"),
+    "leases": ("done",),
     "cancelling": ("cancelled",),
 }
+#: A carried lease: (source local partition, source offset, target partition,
+#: target offset, deadline_ms of the source lease as last seen).
+Carried = tuple[int, int, int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +65,8 @@ class QueueMove:
     # the whole queue (the queue is fenced as a whole, local indexes kept).
     partitions: tuple[int, ...] = ()
     source_locals: tuple[int, ...] = ()
+    # ``leases`` phase: the carried leases still followed (sorted).
+    leases: tuple[Carried, ...] = ()
 
     @property
     def active(self) -> bool:
@@ -83,6 +97,42 @@ class FinishMove:
     queue: str
     copied: int
     now_ms: int
+    leases: tuple[Carried, ...] = ()  # carried to the target: the ``leases`` phase follows them
+
+
+@dataclass(frozen=True, slots=True)
+class SettleLeases:
+    """Carried leases the mover has settled on the target (``settled``:
+    (source partition, source offset) keys, dropped) or whose source
+    deadline changed (``changed``: (partition, offset, new deadline)); the
+    last one gone, the move is ``done``."""
+
+    queue: str
+    settled: tuple[tuple[int, int], ...]
+    changed: tuple[tuple[int, int, int], ...]
+    now_ms: int
+
+
+def settle_leases(move: QueueMove | None, cmd: SettleLeases) -> QueueMove:
+    if move is None:
+        raise errors.NotFound(f"queue: {cmd.queue!r} has no move")
+    if move.phase != "leases":
+        raise errors.FailedPrecondition(f"queue: {cmd.queue!r}'s move is {move.phase}, not leases")
+    gone = set(cmd.settled)
+    deadlines = {(p, o): d for p, o, d in cmd.changed}
+    left = tuple(
+        (sp, so, tp, to, deadlines.get((sp, so), d))
+        for sp, so, tp, to, d in move.leases
+        if (sp, so) not in gone
+    )
+    if left:
+        return replace(move, leases=left)
+    return replace(move, leases=(), phase="done", phase_ms=cmd.now_ms)
+
+
+def carried_tuples(raw: Any) -> tuple[Any, ...]:
+    """JSON lists back to tuples (a command's or a snapshot's)."""
+    return tuple(tuple(int(x) for x in item) for item in raw or ())
 
 
 def check_move(
@@ -123,7 +173,13 @@ def check_move(
         raise errors.FailedPrecondition(f"to: cluster {target!r} is draining")
     if record.health == "down":
         raise errors.FailedPrecondition(f"to: cluster {target!r} is down")
-    running = machine.active_moves()
+    mine = machine.move(queue)
+    if mine is not None and mine.phase == "leases":
+        raise errors.FailedPrecondition(
+            f"queue: {queue!r} was just moved; its carried leases are still followed "
+            f"({len(mine.leases)} left): move it again once its move is done"
+        )
+    running = [m for m in machine.active_moves() if m.phase in FENCING]
     if running:
         m = running[0]
         raise errors.FailedPrecondition(
@@ -166,7 +222,7 @@ def next_phase(move: QueueMove | None, cmd: SetMovePhase) -> QueueMove:
     if cmd.phase not in PHASES:
         raise errors.InvalidArgument("phase", f"must be one of {PHASES}")
     if move.phase != cmd.expect or cmd.phase not in NEXT.get(move.phase, ()):
-        if cmd.phase == "cancelling" and move.phase == "done":
+        if cmd.phase == "cancelling" and move.phase in ("done", "leases"):
             raise errors.FailedPrecondition(
                 f"queue: {cmd.queue!r} was already cut over to {move.target}; a finished "
                 "move cannot be cancelled (move it back instead)"

@@ -18,8 +18,15 @@ next leader's watch runs the step again:
   the target (body, key, headers, dedup id), translate the consumer-group
   offsets, carry the live dedup entries (``_carry_dedup``: dedup ids of
   records acked before the fence, and Send request ids, with their original
-  timestamps), then commit the cut-over (FinishMove: the mapping names the
-  target, ``mapping_version`` moves on).
+  timestamps), lease the copies of records leased at the source until the
+  source deadlines (``carried_leases.carry``), then commit the cut-over
+  (FinishMove: the mapping names the target, ``mapping_version`` moves on;
+  the carried leases are kept in the move, phase ``leases``, or ``done`` if
+  none).
+- ``leases``: follow each carried lease at the source and do what its
+  consumer did there to the copy (``carried_leases.follow``: ack, nack,
+  visibility), committing what was settled (SettleLeases), until none is
+  left (the last is at most ``LATE_ACK_MARGIN_MS`` past its deadline): ``done``.
 - ``cancelling``: unfence the source, delete the target's copy, commit
   ``cancelled``.
 
@@ -42,7 +49,7 @@ from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.client.models import OutgoingMessage
 from raft_queue.core.dedup_carry import MOVED_OFFSET
-from raft_queue.manager import move_state
+from raft_queue.manager import carried_leases, move_state
 from raft_queue.manager.health import cluster_client
 from raft_queue.manager.node import ManagerNode
 from raft_queue.manager.sealing import TokenSeal
@@ -95,10 +102,15 @@ class MoveWatch:
             await loop.run_in_executor(None, self._start, move)
             await self._commit(move_state.SetMovePhase(move.queue, "starting", "fenced", 0))
         elif move.phase == "fenced":
-            copied = await loop.run_in_executor(None, self._copy, move)
-            await self._commit(move_state.FinishMove(move.queue, copied, 0))
-            log.info("queue %s moved %s -> %s: %d copied", move.queue, move.source,
-                     move.target, copied)  # fmt: skip
+            copied, leases = await loop.run_in_executor(None, self._copy, move)
+            await self._commit(move_state.FinishMove(move.queue, copied, 0, tuple(sorted(leases))))
+            log.info("queue %s moved %s -> %s: %d copied, %d leases carried", move.queue,
+                     move.source, move.target, copied, len(leases))  # fmt: skip
+        elif move.phase == "leases":
+            settled, changed = await loop.run_in_executor(None, self._follow, move)
+            if settled or changed:
+                cmd = move_state.SettleLeases(move.queue, tuple(settled), tuple(changed), 0)
+                await self._commit(cmd)
         elif move.phase == "cancelling":
             await loop.run_in_executor(None, self._roll_back, move)
             await self._commit(move_state.SetMovePhase(move.queue, "cancelling", "cancelled", 0))
@@ -148,12 +160,22 @@ class MoveWatch:
             with contextlib.suppress(errors.NotFound):
                 dst.delete_queue(move.queue)
 
-    def _copy(self, move: move_state.QueueMove) -> int:
+    def _copy(self, move: move_state.QueueMove) -> tuple[int, list[move_state.Carried]]:
+        """(records copied, leases carried)."""
         with self.client(move.source) as src, self.client(move.target) as dst:
             config = _target_config(move, src.get_queue(move.queue).config)
             self._fresh_target(dst, move.queue, config)
             pairs = _pairs(move, int(config["partitions"]))
-            return sum(self._copy_partition(src, dst, move.queue, s, t) for s, t in pairs)
+            copied, leases = 0, list[move_state.Carried]()
+            for s, t in pairs:
+                n, carried = self._copy_partition(src, dst, move.queue, s, t)
+                copied, leases = copied + n, leases + carried
+            return copied, leases
+
+    def _follow(self, move: move_state.QueueMove) -> Any:
+        with self.client(move.source) as src, self.client(move.target) as dst:
+            self._check_leader()
+            return carried_leases.follow(src, dst, move.queue, move.leases, self._wall_ms())
 
     def _fresh_target(self, dst: Any, queue: str, config: dict[str, Any]) -> None:
         """An empty target queue: a copy cut short before (this leader's or a
@@ -186,14 +208,20 @@ class MoveWatch:
                 raise errors.Unavailable(f"{queue}[{partition}] has not applied its fence yet")
             time.sleep(0.1)
 
-    def _copy_partition(self, src: Any, dst: Any, queue: str, partition: int, to: int) -> int:
+    def _copy_partition(
+        self, src: Any, dst: Any, queue: str, partition: int, to: int
+    ) -> tuple[int, list[move_state.Carried]]:
         """Copy source ``partition``'s unfinished records in offset order to
-        the target's partition ``to``; translate its consumer groups'
-        offsets. How many were copied."""
+        the target's partition ``to``; carry the leases still running at the
+        source; translate its consumer groups' offsets. (How many were
+        copied, the leases carried.)"""
         page = self._wait_fenced(src, queue, partition)
         at: list[tuple[int, int]] = []  # (source offset, target offset) of each copy
+        leased: list[Any] = []  # ExportedMessages in flight at the source
         groups = dict(page.group_offsets)
         while True:
+            now = self._wall_ms()
+            leased += [e for e in page.messages if e.state == "in_flight" and e.at_ms > now]
             wanted = [e.message for e in page.messages if e.state not in SKIP_STATES]
             if wanted:
                 self._check_leader()
@@ -201,9 +229,11 @@ class MoveWatch:
             if not page.messages or page.next_offset >= page.latest_offset:
                 break
             page = src.export_partition(queue, partition, page.next_offset, EXPORT_CHUNK)
+        self._check_leader()
+        carried = carried_leases.carry(dst, queue, partition, to, leased, at)
         self._carry_offsets(dst, queue, to, groups, at)
         self._carry_dedup(src, dst, queue, partition, to, dict(at))
-        return len(at)
+        return len(at), carried
 
     def _carry_dedup(
         self, src: Any, dst: Any, queue: str, partition: int, to: int, copied: dict[int, int]

@@ -70,7 +70,7 @@ def move_pb(move: move_state.QueueMove, error: str = "", partitions: int = 0) ->
         queue=move.queue, source=move.source, target=move.target, phase=move.phase,
         started_ms=move.started_ms, phase_ms=move.phase_ms, finished_ms=move.finished_ms,
         copied=move.copied, partitions=partitions or len(move.partitions), error=error,
-        moved_partitions=list(move.partitions),
+        moved_partitions=list(move.partitions), leases_left=len(move.leases),
     )  # fmt: skip
 
 

@@ -124,13 +124,13 @@ class ForgetQueue:
 ManagerCommand = (
     AddCluster | RemoveCluster | SetDraining | ReportHealth | PlaceQueue | ForgetQueue
     | move_state.StartMove | move_state.SetMovePhase | move_state.FinishMove
-    | queue_update.UpdateQueue
+    | move_state.SettleLeases | queue_update.UpdateQueue
 )  # fmt: skip
 _COMMANDS: dict[str, type[Any]] = {
     c.__name__: c
     for c in (AddCluster, RemoveCluster, SetDraining, ReportHealth, PlaceQueue, ForgetQueue,
               move_state.StartMove, move_state.SetMovePhase, move_state.FinishMove,
-              queue_update.UpdateQueue)
+              move_state.SettleLeases, queue_update.UpdateQueue)
 }  # fmt: skip
 
 
@@ -147,6 +147,9 @@ def decode_command(raw: bytes) -> ManagerCommand:
         data["partitions"] = tuple(int(p) for p in data.get("partitions", ()))
     elif "partitions" in data:
         data["partitions"] = _homes(data["partitions"])
+    for name in ("leases", "settled", "changed"):  # carried leases (move_state.Carried)
+        if name in data:
+            data[name] = move_state.carried_tuples(data[name])
     return cls(**data)  # type: ignore[no-any-return]
 
 
@@ -355,16 +358,23 @@ class ManagerMachine:
 
     def _FinishMove(self, cmd: move_state.FinishMove) -> move_state.QueueMove:  # noqa: N802
         """The cut-over: the queue's (moved) partitions are the target's from now on."""
+        phase = "leases" if cmd.leases else "done"
         move = move_state.next_phase(
             self._moves.get(cmd.queue),
-            move_state.SetMovePhase(cmd.queue, "fenced", "done", cmd.now_ms),
+            move_state.SetMovePhase(cmd.queue, "fenced", phase, cmd.now_ms),
         )
-        move = replace(move, copied=cmd.copied, finished_ms=cmd.now_ms)
+        move = replace(move, copied=cmd.copied, finished_ms=cmd.now_ms, leases=cmd.leases)
         queue = self._queues[cmd.queue]
         homes = move_state.homes_after(move, queue.partitions)
         self._queues[cmd.queue] = replace(queue, partitions=homes)
         self._moves[cmd.queue] = move
         self._bump(mapping=True)
+        return move
+
+    def _SettleLeases(self, cmd: move_state.SettleLeases) -> move_state.QueueMove:  # noqa: N802
+        move = move_state.settle_leases(self._moves.get(cmd.queue), cmd)
+        self._moves[cmd.queue] = move
+        self._bump(mapping=False)
         return move
 
     def _need_cluster(self, name: str) -> ClusterRecord:
@@ -399,5 +409,6 @@ class ManagerMachine:
         for m in data.get("moves", ()):
             for name in ("partitions", "source_locals"):
                 m[name] = tuple(int(p) for p in m.get(name, ()))
+            m["leases"] = move_state.carried_tuples(m.get("leases"))
             machine._moves[m["queue"]] = move_state.QueueMove(**m)
         return machine

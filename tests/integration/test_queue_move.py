@@ -665,7 +665,8 @@ def test_dedup_ids_and_request_ids_are_carried_across_whole_and_partial_moves(
     for q, extra in queues.items():
         started = fleet.raftq("queue", "move", q, "--to", "c2", *extra, "--execute", "--no-wait")
         assert started.exit_code == 0, started.output
-        _wait(f"{q} moved", lambda q=q: _phase(fleet, q) == "done", 30)
+        # cut over (the unacked d4, d5, req-kept are leased: their leases are carried)
+        _wait(f"{q} moved", lambda q=q: _phase(fleet, q) in ("leases", "done"), 30)
     assert time.time() - sent_at < DEDUP_WINDOW_MS / 1000 - 3, "the moves took too long"
     for q in queues:
         on_target = 1 if q == "dd-whole" else 0  # the partial move's partition 1 is c2's 0
@@ -727,3 +728,158 @@ def test_dedup_export_and_seed_are_admin_only_and_bad_entries_write_nothing(
         assert [e.dedup_id for e in stub.ExportDedup(export, metadata=md, timeout=20).entries] == [
             b"planted"
         ]
+
+
+# ---- leases carried across a move (CarryLeases / SettleCarried; manager/carried_leases.py) --
+
+CARRY_VISIBILITY_MS = 8000
+
+
+def _leased_then_moved(
+    fleet: Fleet, queue: str, bodies: list[tuple[str, str]], visibility_ms: int
+) -> tuple[ManagedClient, list[Any], float]:
+    """``bodies`` ((body, key)) sent to a FIFO ``queue`` on c1, leased by a
+    consumer (the holder) for ``visibility_ms``, then the queue moved to c2.
+    (The holder, what it holds, the monotonic time before its receive: no
+    lease ends before that + visibility.) Returns at the cut-over."""
+    holder = fleet.managed()
+    holder.create_queue(queue, partitions=1, clusters=["c1"], ordering="fifo")
+    holder.send_batch(queue, [OutgoingMessage(b, key=k) for b, k in bodies])
+    leased_at = time.monotonic()
+    held = holder.receive(queue, max_messages=len(bodies), visibility_ms=visibility_ms,
+                          wait_ms=1000)  # fmt: skip
+    with fleet.managers.admin() as admin:
+        admin.move_queue(queue, "c2")
+        _wait("cut over", lambda: admin.move_status(queue).moves[0].phase in ("leases", "done"),
+              30)  # fmt: skip
+        info = admin.move_status(queue).moves[0]
+    assert (info.phase, info.leases_left) == ("leases", len(held)), info
+    status = fleet.raftq("queue", "move", queue, "status")
+    assert status.exit_code == 0 and "  leases  " in status.output, status.output
+    assert f"{len(held)} carried lease(s) still followed" in status.output, status.output
+    return holder, held, leased_at
+
+
+def _take(client: ManagedClient, queue: str, until: float, want: int = 1 << 30) -> list[Any]:
+    got: list[Any] = []
+    while time.monotonic() < until and len(got) < want:
+        got += client.receive(queue, max_messages=10, wait_ms=300)
+    return got
+
+
+def test_leases_are_carried_acks_at_the_source_stick_and_the_rest_come_back_at_the_deadline(
+    fleet: Fleet,
+) -> None:
+    """A consumer holds 6 messages (8 s) when the queue moves: a second
+    consumer on the target gets none of them before their deadline; the
+    holder acks 3 at the source (its receipts name c1) and those never come
+    back; k0's next message, blocked behind k0's lease (FIFO), comes as soon
+    as that ack is followed; the other 3 come back from the target right
+    after the deadline, as their second receive."""
+    queue = "carry"
+    bodies = [(f"m{i}", f"k{i}") for i in range(6)] + [("k0-next", "k0")]
+    holder, held, leased_at = _leased_then_moved(fleet, queue, bodies, CARRY_VISIBILITY_MS)
+    assert sorted(m.body.decode() for m in held) == [f"m{i}" for i in range(6)]
+    deadline = leased_at + CARRY_VISIBILITY_MS / 1000
+    other = fleet.managed()
+    try:
+        assert other.receive(queue, max_messages=10, wait_ms=500) == []  # all held or blocked
+        acked, kept = held[:3], held[3:]
+        assert all(r.ok for r in holder.ack(queue, acked))  # at the source, after the cut-over
+        early = _take(other, queue, deadline - 1.0)
+        assert [m.body.decode() for m in early] == ["k0-next"]  # k0's head was acked
+        assert all(m.receipt.startswith("c2@") for m in early)
+        other.ack(queue, early)
+        late = _take(other, queue, deadline + 5.0, want=3)
+        came = time.monotonic() - deadline
+        assert sorted(m.body.decode() for m in late) == sorted(m.body.decode() for m in kept)
+        assert {m.receive_count for m in late} == {2}  # the source's receive count went on
+        assert came < 4.0, f"came back {came:.1f} s after the deadline"
+        other.ack(queue, late)
+        again = _take(other, queue, time.monotonic() + 2.0)
+        assert again == [], [m.body for m in again]  # the acked half: never delivered again
+        with fleet.managers.admin() as admin:
+            _wait("lease tail done", lambda: admin.move_status(queue).moves[0].phase == "done", 10)
+            assert admin.move_status(queue).moves[0].leases_left == 0
+        print(f"carried leases: 3 acked at the source never redelivered; 3 back "
+              f"{came:.2f} s after their deadline")  # fmt: skip
+    finally:
+        holder.close()
+        other.close()
+
+
+def test_a_nack_at_the_source_after_the_cut_over_frees_the_copy_at_once(fleet: Fleet) -> None:
+    """5 messages held for 30 s when the queue moves: 2 nacked at the source
+    come from the target at once; one whose visibility is set to 2 s at the
+    source comes from the target 2 s later; the manager leader is killed, the
+    other 2 are acked at the source and the next leader settles their copies
+    (the move is done long before their deadline, nothing comes back)."""
+    queue = "carry-nack"
+    bodies = [(f"n{i}", f"k{i}") for i in range(5)]
+    holder, held, leased_at = _leased_then_moved(fleet, queue, bodies, 30_000)
+    other = fleet.managed()
+    try:
+        nacked = [m for m in held if m.body.decode() in ("n0", "n1")]
+        shortened = [m for m in held if m.body.decode() == "n4"]
+        began = time.monotonic()
+        assert all(r.ok for r in holder.nack(queue, nacked))
+        assert all(r.ok for r in holder.change_visibility(queue, shortened, 2000))
+        got = _take(other, queue, began + 5.0, want=2)
+        took = time.monotonic() - began
+        assert sorted(m.body.decode() for m in got) == ["n0", "n1"] and took < 1.5, took
+        later = _take(other, queue, began + 6.0, want=1)
+        shown = time.monotonic() - began
+        assert [m.body.decode() for m in later] == ["n4"] and 1.8 < shown < 4.5, shown
+        assert _take(other, queue, time.monotonic() + 1.0) == []  # n2, n3: still held
+        got += later
+        other.ack(queue, got)
+        with fleet.managers.admin() as admin:
+            leader = admin.list_clusters().leader
+            assert admin.move_status(queue).moves[0].leases_left in (2, 3)  # n4's: ended soon
+        victim = fleet.managers.addresses.index(leader)
+        fleet.managers.kill(victim)  # mid-phase: the next leader follows the other two
+        try:
+            rest = [m for m in held if m not in nacked + shortened]
+            assert all(r.ok for r in holder.ack(queue, rest))
+            _wait("lease tail done", lambda: _phase(fleet, queue) == "done", 15)  # not 30 s
+        finally:
+            fleet.managers.start(victim)
+        assert time.monotonic() - leased_at < 28
+        assert _take(other, queue, time.monotonic() + 1.0) == []
+        print(f"a nack at the source freed the copy on the target in {took:.2f} s; a "
+              f"visibility of 2 s set at the source showed it after {shown:.2f} s")  # fmt: skip
+    finally:
+        holder.close()
+        other.close()
+
+
+def test_carry_and_settle_are_admin_only_and_bad_input_writes_nothing(fleet: Fleet) -> None:
+    with fleet.c2.client() as admin:
+        admin.create_queue("cl-auth", partitions=1)
+        admin.send("cl-auth", "x")
+        user = admin.create_principal("cl-user").token
+        admin.add_grant("cl-user", "cl-*", ["send", "receive", "read", "manage"])
+    far = int(time.time() * 1000) + 60_000
+    lease = queue_pb2.CarriedLease(offset=0, deadline_ms=far, receive_count=1)
+    carry = queue_pb2.CarryLeasesRequest(queue="cl-auth", leases=[lease, lease])  # repeated
+    settle = queue_pb2.SettleCarriedRequest(queue="cl-auth", offsets=[0], action="ack")
+    md = (("authorization", f"Bearer {fleet.c2.token}"),)
+    with grpc.insecure_channel(fleet.c2.specs[0].address) as ch:
+        stub = queue_pb2_grpc.QueueServiceStub(ch)
+        for call, request in ((stub.CarryLeases, carry), (stub.SettleCarried, settle)):
+            with pytest.raises(grpc.RpcError) as denied:
+                call(request, metadata=(("authorization", f"Bearer {user}"),), timeout=20)
+            assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        bad_settle = queue_pb2.SettleCarriedRequest(queue="cl-auth", offsets=[0], action="eat")
+        for call, request, field_ in (
+            (stub.CarryLeases, carry, "leases[1].offset"),
+            (stub.SettleCarried, bad_settle, "action"),
+            (stub.SettleCarried, queue_pb2.SettleCarriedRequest(queue="cl-auth", action="ack"),
+             "offsets"),
+        ):  # fmt: skip
+            with pytest.raises(grpc.RpcError) as refused:
+                call(request, metadata=md, timeout=20)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert ("raftq-field", field_) in (refused.value.trailing_metadata() or ())
+    with fleet.c2.client() as admin:  # nothing was leased: the message is there to take
+        assert len(admin.receive("cl-auth", max_messages=1, wait_ms=2000)) == 1

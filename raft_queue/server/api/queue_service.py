@@ -213,6 +213,14 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
         return await self.exporter.seed_dedup(request, is_forwarded(context))
 
     @handled
+    async def CarryLeases(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return await self.exporter.carry_leases(request, is_forwarded(context))
+
+    @handled
+    async def SettleCarried(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return await self.exporter.settle_carried(request, is_forwarded(context))
+
+    @handled
     async def GetPartitions(self, request: Any, context: Any) -> Any:  # noqa: N802
         q = self.node.queue_spec(request.queue)
         infos = await self.c.partition_infos(q)

@@ -24,6 +24,14 @@ docs/operations.md "Moving a queue between clusters").
   of an acked message's dedup id, or a retried Send, is still a duplicate
   after the cut-over.
 
+- ``carry_leases``: lease the target's copies of records leased at the
+  source until the source deadlines (one ``CarryLeases`` Raft command,
+  core/lease_carry.py; carrying twice changes nothing); ``settle_carried``:
+  ack, nack (visible again at ``until_ms``) or change the deadline of such a
+  carried lease (epoch 1 on the target) as the source consumer did at the
+  source. Export gives each record's receive count, epoch and deadline, so
+  the mover knows which leases to carry and can follow their fate.
+
 All are admin calls (core/access.py: methods it does not list need admin).
 """
 
@@ -35,12 +43,17 @@ from typing import Any
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2, queue_pb2
 from raft_queue.core import metadata as meta
+from raft_queue.core.commands import Ack, ChangeVisibility, Nack, ReceiptRef, receipt_runs
 from raft_queue.core.dedup_carry import MAX_SEED_ENTRIES, DedupEntry, SeedDedup
+from raft_queue.core.lease_carry import CARRIED_EPOCH, MAX_CARRIED, CarriedLease, CarryLeases
+from raft_queue.core.validate import MAX_DELAY_MS
 from raft_queue.server.api import convert
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.dataplane import bounds
 
 MAX_EXPORT_MESSAGES = 10_000
+SETTLE_ACTIONS = ("ack", "nack", "visibility")
+VISIBILITY_MAX_MS = 12 * 3600 * 1000  # a carried deadline lies within the source's limits
 MAX_EXPORT_OFFSETS = 50_000  # request offsets per ExportDedup page (bounds its size)
 
 
@@ -90,8 +103,13 @@ class Exporter:
         out = []
         for m in messages:
             history = replica.history(m.offset)
-            state = history.state if history is not None else "done"
-            out.append(queue_pb2.ExportedMessage(message=m, state=state))
+            if history is None:
+                out.append(queue_pb2.ExportedMessage(message=m, state="done"))
+                continue
+            out.append(queue_pb2.ExportedMessage(
+                message=m, state=history.state, receive_count=history.receive_count,
+                epoch=history.epoch, at_ms=history.at_ms,
+            ))  # fmt: skip
         return queue_pb2.ExportPartitionResponse(
             messages=out,
             next_offset=next_offset,
@@ -130,6 +148,40 @@ class Exporter:
             return await self.c.forward_to_leader(q.name, part, "SeedDedup", request)
         seeded = await self.c.submit(replica, command)
         return queue_pb2.SeedDedupResponse(seeded=int(seeded))
+
+    async def carry_leases(self, request: Any, forwarded: bool) -> Any:
+        q = self.c.node.queue_spec(request.queue)
+        part = convert.check_range(request.partition, 0, q.spec.partitions - 1, "partition")
+        leases = tuple(
+            CarriedLease(x.offset, x.deadline_ms, x.receive_count) for x in request.leases
+        )
+        command = CarryLeases(leases, int(time.time() * 1000))  # InvalidArgument names the field
+        replica = self.c.local_leader(q.name, part, forwarded)
+        if replica is None:
+            return await self.c.forward_to_leader(q.name, part, "CarryLeases", request)
+        carried = await self.c.submit(replica, command)
+        return queue_pb2.CarryLeasesResponse(carried=int(carried))
+
+    async def settle_carried(self, request: Any, forwarded: bool) -> Any:
+        q = self.c.node.queue_spec(request.queue)
+        part = convert.check_range(request.partition, 0, q.spec.partitions - 1, "partition")
+        if not 0 < len(request.offsets) <= MAX_CARRIED:
+            raise errors.InvalidArgument("offsets", f"1..{MAX_CARRIED} offsets")
+        if request.action not in SETTLE_ACTIONS:
+            raise errors.InvalidArgument("action", f"must be one of {SETTLE_ACTIONS}")
+        replica = self.c.local_leader(q.name, part, forwarded)
+        if replica is None:
+            return await self.c.forward_to_leader(q.name, part, "SettleCarried", request)
+        now = int(time.time() * 1000)
+        refs = receipt_runs(tuple(ReceiptRef(int(o), CARRIED_EPOCH) for o in request.offsets))
+        wait = max(0, request.until_ms - now)
+        command: Any = Ack(refs, now)
+        if request.action == "nack":
+            command = Nack(refs, min(wait, MAX_DELAY_MS), now)
+        elif request.action == "visibility":
+            command = ChangeVisibility(refs, min(wait, VISIBILITY_MAX_MS), now)
+        result = await self.c.submit(replica, command)
+        return queue_pb2.SettleCarriedResponse(outcomes=list(result.outcomes))
 
 
 def _entry_pb(e: DedupEntry) -> Any:

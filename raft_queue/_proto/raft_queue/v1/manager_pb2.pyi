@@ -152,7 +152,7 @@ class MoveQueueRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., to: _Optional[str] = ..., dry_run: _Optional[bool] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class QueueMoveInfo(_message.Message):
-    __slots__ = ("queue", "source", "target", "phase", "started_ms", "phase_ms", "finished_ms", "copied", "partitions", "messages", "error", "moved_partitions")
+    __slots__ = ("queue", "source", "target", "phase", "started_ms", "phase_ms", "finished_ms", "copied", "partitions", "messages", "error", "moved_partitions", "leases_left")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
@@ -165,6 +165,7 @@ class QueueMoveInfo(_message.Message):
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     MOVED_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    LEASES_LEFT_FIELD_NUMBER: _ClassVar[int]
     queue: str
     source: str
     target: str
@@ -177,7 +178,8 @@ class QueueMoveInfo(_message.Message):
     messages: int
     error: str
     moved_partitions: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, queue: _Optional[str] = ..., source: _Optional[str] = ..., target: _Optional[str] = ..., phase: _Optional[str] = ..., started_ms: _Optional[int] = ..., phase_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., copied: _Optional[int] = ..., partitions: _Optional[int] = ..., messages: _Optional[int] = ..., error: _Optional[str] = ..., moved_partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+    leases_left: int
+    def __init__(self, queue: _Optional[str] = ..., source: _Optional[str] = ..., target: _Optional[str] = ..., phase: _Optional[str] = ..., started_ms: _Optional[int] = ..., phase_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., copied: _Optional[int] = ..., partitions: _Optional[int] = ..., messages: _Optional[int] = ..., error: _Optional[str] = ..., moved_partitions: _Optional[_Iterable[int]] = ..., leases_left: _Optional[int] = ...) -> None: ...
 
 class MoveStatusRequest(_message.Message):
     __slots__ = ("name",)

@@ -528,12 +528,18 @@ class ExportPartitionRequest(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ...) -> None: ...
 
 class ExportedMessage(_message.Message):
-    __slots__ = ("message", "state")
+    __slots__ = ("message", "state", "receive_count", "epoch", "at_ms")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
+    RECEIVE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
     message: Message
     state: str
-    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., state: _Optional[str] = ...) -> None: ...
+    receive_count: int
+    epoch: int
+    at_ms: int
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., state: _Optional[str] = ..., receive_count: _Optional[int] = ..., epoch: _Optional[int] = ..., at_ms: _Optional[int] = ...) -> None: ...
 
 class ExportPartitionResponse(_message.Message):
     __slots__ = ("messages", "next_offset", "latest_offset", "fenced", "group_offsets")
@@ -607,3 +613,49 @@ class SeedDedupResponse(_message.Message):
     SEEDED_FIELD_NUMBER: _ClassVar[int]
     seeded: int
     def __init__(self, seeded: _Optional[int] = ...) -> None: ...
+
+class CarriedLease(_message.Message):
+    __slots__ = ("offset", "deadline_ms", "receive_count")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    RECEIVE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    deadline_ms: int
+    receive_count: int
+    def __init__(self, offset: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., receive_count: _Optional[int] = ...) -> None: ...
+
+class CarryLeasesRequest(_message.Message):
+    __slots__ = ("queue", "partition", "leases")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    partition: int
+    leases: _containers.RepeatedCompositeFieldContainer[CarriedLease]
+    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., leases: _Optional[_Iterable[_Union[CarriedLease, _Mapping]]] = ...) -> None: ...
+
+class CarryLeasesResponse(_message.Message):
+    __slots__ = ("carried",)
+    CARRIED_FIELD_NUMBER: _ClassVar[int]
+    carried: int
+    def __init__(self, carried: _Optional[int] = ...) -> None: ...
+
+class SettleCarriedRequest(_message.Message):
+    __slots__ = ("queue", "partition", "offsets", "action", "until_ms")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    partition: int
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    action: str
+    until_ms: int
+    def __init__(self, queue: _Optional[str] = ..., partition: _Optional[int] = ..., offsets: _Optional[_Iterable[int]] = ..., action: _Optional[str] = ..., until_ms: _Optional[int] = ...) -> None: ...
+
+class SettleCarriedResponse(_message.Message):
+    __slots__ = ("outcomes",)
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    outcomes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, outcomes: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -139,6 +139,16 @@ class QueueServiceStub:
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SeedDedupRequest.SerializeToString,
                 response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SeedDedupResponse.FromString,
                 _registered_method=True)
+        self.CarryLeases = channel.unary_unary(
+                '/raft_queue.v1.QueueService/CarryLeases',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.CarryLeasesRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.CarryLeasesResponse.FromString,
+                _registered_method=True)
+        self.SettleCarried = channel.unary_unary(
+                '/raft_queue.v1.QueueService/SettleCarried',
+                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SettleCarriedRequest.SerializeToString,
+                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SettleCarriedResponse.FromString,
+                _registered_method=True)
 
 
 class QueueServiceServicer:
@@ -276,6 +286,22 @@ class QueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CarryLeases(self, request, context):
+        """A queue move carries leases (docs/operations.md): the copies of records
+        leased at the source are leased on the target until the source
+        deadlines (one Raft command), and the mover settles such a carried lease
+        as the source consumer settled the source lease. Admin only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SettleCarried(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -383,6 +409,16 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     servicer.SeedDedup,
                     request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SeedDedupRequest.FromString,
                     response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SeedDedupResponse.SerializeToString,
+            ),
+            'CarryLeases': grpc.unary_unary_rpc_method_handler(
+                    servicer.CarryLeases,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.CarryLeasesRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.CarryLeasesResponse.SerializeToString,
+            ),
+            'SettleCarried': grpc.unary_unary_rpc_method_handler(
+                    servicer.SettleCarried,
+                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SettleCarriedRequest.FromString,
+                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SettleCarriedResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -952,6 +988,60 @@ class QueueService:
             '/raft_queue.v1.QueueService/SeedDedup',
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SeedDedupRequest.SerializeToString,
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SeedDedupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CarryLeases(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.QueueService/CarryLeases',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.CarryLeasesRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.CarryLeasesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SettleCarried(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raft_queue.v1.QueueService/SettleCarried',
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SettleCarriedRequest.SerializeToString,
+            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SettleCarriedResponse.FromString,
             options,
             channel_credentials,
             insecure,
