@@ -134,8 +134,10 @@ def history(txn: KVTxn, offset: int) -> History | None:
     c = load_counters(txn)
     if not c.earliest <= offset < c.next_offset:
         return None
-    if offset >= c.cursor:
-        return History("queued", 0, ())
+    if offset >= c.cursor:  # not reached by Lease yet: its own send delay may be pending
+        seg = segment_at(txn, RECORDS, offset)
+        own = seg.head(offset - seg.base).delay_ms if seg is not None else 0
+        return History("queued", 0, (), at_ms=seg.timestamp_ms + own if own and seg else 0)
     item = txn.floor(DELIVERY, u64(offset))
     run = Run.unpack(item[1]) if item is not None else None
     if item is None or run is None or offset >= int_of(item[0]) + run.length:

@@ -185,7 +185,8 @@ class History:
     deliveries: tuple[LeaseEvent, ...]  # oldest first, the last HISTORY_LIMIT
     # For a move's export (not compared: GetHistory's answer is the above).
     epoch: int = field(default=0, compare=False)  # the current (or last) lease's; 0: never
-    at_ms: int = field(default=0, compare=False)  # in_flight: deadline; delayed: visible at
+    # in_flight: deadline; delayed: visible at; queued: when its own send delay ends (0: none)
+    at_ms: int = field(default=0, compare=False)
 
 
 Result: TypeAlias = (

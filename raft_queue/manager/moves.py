@@ -222,10 +222,10 @@ class MoveWatch:
         while True:
             now = self._wall_ms()
             leased += [e for e in page.messages if e.state == "in_flight" and e.at_ms > now]
-            wanted = [e.message for e in page.messages if e.state not in SKIP_STATES]
+            wanted = [e for e in page.messages if e.state not in SKIP_STATES]
             if wanted:
                 self._check_leader()
-                at += self._send(dst, queue, to, wanted)
+                at += self._send(dst, queue, to, wanted, now)
             if not page.messages or page.next_offset >= page.latest_offset:
                 break
             page = src.export_partition(queue, partition, page.next_offset, EXPORT_CHUNK)
@@ -258,14 +258,19 @@ class MoveWatch:
                 return planted
             after = page.next_key
 
-    def _send(self, dst: Any, queue: str, partition: int, messages: list[Any]) -> list[Any]:
-        out = [_outgoing(m, partition, keep_dedup=True) for m in messages]
+    def _send(
+        self, dst: Any, queue: str, partition: int, exported: list[Any], now_ms: int
+    ) -> list[Any]:
+        """Copy ``exported`` records (ExportedMessages) in order; a delay
+        still pending at the source (a send's or a nack's) goes on for what
+        is left of it. (source offset, target offset) of each."""
+        out = [_outgoing(e, partition, True, now_ms) for e in exported]
         results = dst.send_batch(queue, out)
         pairs = []
-        for m, r in zip(messages, results, strict=True):
+        for e, r in zip(exported, results, strict=True):
             if r.duplicate:  # a dedup id reused after its window at the source: keep both
-                r = dst.send_batch(queue, [_outgoing(m, partition, keep_dedup=False)])[0]
-            pairs.append((m.offset, r.offset))
+                r = dst.send_batch(queue, [_outgoing(e, partition, False, now_ms)])[0]
+            pairs.append((e.message.offset, r.offset))
         return pairs
 
     def _carry_offsets(
@@ -308,12 +313,15 @@ def _seed_entry(e: Any, copied: dict[int, int]) -> Any:
     )
 
 
-def _outgoing(m: Any, partition: int, keep_dedup: bool) -> OutgoingMessage:
+def _outgoing(e: Any, partition: int, keep_dedup: bool, now_ms: int) -> OutgoingMessage:
+    """The copy of exported record ``e``: its delay is what is left of the
+    source's (``at_ms``, source clock), if it is still delayed."""
+    m = e.message
     return OutgoingMessage(
         m.body,
         m.key,
         dict(m.headers) or None,
         (m.dedup_id or None) if keep_dedup else None,
-        0,
+        max(0, e.at_ms - now_ms) if e.state in ("delayed", "queued") else 0,
         partition,
     )

@@ -883,3 +883,34 @@ def test_carry_and_settle_are_admin_only_and_bad_input_writes_nothing(fleet: Fle
             assert ("raftq-field", field_) in (refused.value.trailing_metadata() or ())
     with fleet.c2.client() as admin:  # nothing was leased: the message is there to take
         assert len(admin.receive("cl-auth", max_messages=1, wait_ms=2000)) == 1
+
+
+# ---- delays carried across a move ----------------------------------------------------------
+
+
+def test_pending_delays_are_carried_to_the_copies(fleet: Fleet) -> None:
+    """``due`` is sent with a 1 s delay and waits it out at the source;
+    ``later`` with a 9 s delay; then the queue is moved. On the target
+    ``due`` is visible at once and ``later`` once its own 9 s are over (not
+    at once, nor 9 s after the copy)."""
+    queue = "delays-moved"
+    with fleet.managed() as client:
+        client.create_queue(queue, partitions=1, clusters=["c1"])
+        sent_at = time.monotonic()
+        client.send(queue, "later", delay_ms=9000)
+        client.send(queue, "due", delay_ms=1000)
+        time.sleep(max(0.0, sent_at + 1.3 - time.monotonic()))  # "due" is visible at c1 now
+        started = fleet.raftq("queue", "move", queue, "--to", "c2", "--execute", "--no-wait")
+        assert started.exit_code == 0, started.output
+        _wait(f"{queue} moved", lambda: _phase(fleet, queue) == "done", 30)
+        first = _take(client, queue, time.monotonic() + 2.0, want=1)
+        assert [m.body for m in first] == [b"due"]
+        assert first[0].receipt.startswith("c2@")
+        client.ack(queue, first)
+        assert time.monotonic() < sent_at + 8.5, "the move took too long to test the delay"
+        assert client.receive(queue, max_messages=10) == []  # "later" still delayed
+        late = _take(client, queue, sent_at + 15.0, want=1)
+        got_at = time.monotonic() - sent_at
+        assert [m.body for m in late] == [b"later"]
+        assert 8.9 <= got_at < 11.0, got_at  # its own delay, not its delay after the copy
+        client.ack(queue, late)

@@ -289,6 +289,14 @@ def test_history_lists_each_lease_with_its_consumer() -> None:
     assert p.history(2) is None
 
 
+def test_history_of_a_queued_record_tells_when_its_own_send_delay_ends() -> None:
+    """A move copies what is left of the delay (manager/moves.py)."""
+    p = Partition(delay_ms=7)  # the queue's delay is not the record's own
+    p.append(100, NewRecord(b"a", delay_ms=50), b"b")
+    assert p.history(0).at_ms == 150
+    assert p.history(1).at_ms == 0
+
+
 def test_history_keeps_the_last_leases_only() -> None:
     p = Partition()
     p.append(0, b"a")
