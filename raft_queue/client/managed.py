@@ -62,6 +62,7 @@ from typing import Any, TypeVar
 from raft_queue import errors
 from raft_queue.client.client import Client
 from raft_queue.client.credentials import resolve_token
+from raft_queue.client.managed_mapping import Home, Mapping_, MappingCache
 from raft_queue.client.manager_admin import ManagerAdmin
 from raft_queue.client.models import (
     Message,
@@ -71,7 +72,6 @@ from raft_queue.client.models import (
     ReadResult,
     ReceiptResult,
     SendResult,
-    config_from_pb,
 )
 from raft_queue.client.partitioner import RoundRobin, partition_for_key
 from raft_queue.core.managed_homes import sole_cluster
@@ -83,26 +83,6 @@ POLL_SLICE_MS = 200  # a long poll over several clusters waits this long on each
 SEND_THREADS = 8  # a batch's shares for different clusters are sent in parallel
 TLS_ARGUMENTS = ("tls", "ca_file", "cert_file", "key_file")  # to the manager too
 FENCE_POLL_S = 0.1  # a send to a queue fenced for a move asks for the new mapping this often
-# A receive asks the manager whether the mapping moved on when its copy is
-# older than this (GetMapping with the known version: "unchanged", or the
-# new mapping): a partial move's source keeps serving, so no error tells a
-# consumer that some partitions now live on another cluster.
-MAPPING_MAX_AGE_S = 1.0
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Home:
-    cluster: str
-    local: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Mapping_:
-    version: int
-    bootstrap: dict[str, tuple[str, ...]]
-    queues: dict[str, tuple[Home, ...]]
-    configs: dict[str, Any]
-    pinned: frozenset[str] = frozenset()  # queues whose sends all go pinned (a partial move)
 
 
 class ManagedClient:
@@ -123,14 +103,10 @@ class ManagedClient:
         self._token = resolve_token(token)
         tls = {k: client_kwargs[k] for k in TLS_ARGUMENTS if k in client_kwargs}
         self.manager = ManagerAdmin(manager, token=self._token or "", timeout_s=timeout_s, **tls)
-        self._cluster_tokens = dict(cluster_tokens or {})
-        self._client_kwargs = {"timeout_s": timeout_s, **client_kwargs}
+        kwargs = {"timeout_s": timeout_s, **client_kwargs}
+        self._map = MappingCache(self.manager, self._token, cluster_tokens or {}, kwargs)
         self._fence_wait_s = timeout_s
-        self._clients: dict[str, tuple[tuple[str, ...], Client]] = {}
         self._lock = threading.Lock()
-        self._mapping = Mapping_(0, {}, {}, {})
-        self._fetched_at = 0.0  # time.monotonic() of the last GetMapping
-        self._refreshing = False  # a refresh behind a receive is running
         self._round_robin = RoundRobin()
         self._turn = 0
         self._executor: ThreadPoolExecutor | None = None  # sends to several clusters at once
@@ -138,69 +114,22 @@ class ManagedClient:
     # ---- the mapping -----------------------------------------------------------------------
     def refresh(self) -> int:
         """Fetch the mapping if it changed; its version."""
-        answer = self.manager.get_mapping(self._mapping.version)
-        self._fetched_at = time.monotonic()
-        if answer.unchanged:
-            return self._mapping.version
-        bootstrap = {c.name: tuple(c.bootstrap) for c in answer.clusters}
-        queues = {
-            q.name: tuple(Home(h.cluster, h.local_partition) for h in q.partitions)
-            for q in answer.queues
-        }
-        configs = {q.name: config_from_pb(q.config) for q in answer.queues}
-        pinned = frozenset(q.name for q in answer.queues if q.pinned)
-        self._mapping = Mapping_(int(answer.version), bootstrap, queues, configs, pinned)
-        return self._mapping.version
+        return self._map.refresh()
 
-    def _refresh_behind(self) -> None:
-        """Refresh the mapping on a thread of its own (one at a time): a
-        receive goes on with the cached copy, never waiting on the manager
-        (a manager down must not stop the clusters' data plane)."""
-        with self._lock:
-            if self._refreshing:
-                return
-            self._refreshing = True
-
-        def run() -> None:
-            try:
-                self.refresh()
-            except Exception:  # the manager unreachable: the cached mapping serves on
-                self._fetched_at = time.monotonic()
-            finally:
-                self._refreshing = False
-
-        threading.Thread(target=run, name="managed-mapping", daemon=True).start()
+    @property
+    def _mapping(self) -> Mapping_:
+        return self._map.current
 
     @property
     def mapping_version(self) -> int:
-        return self._mapping.version
+        return self._map.current.version
 
     def homes(self, queue: str) -> tuple[Home, ...]:
         """The queue's partitions (index = global partition), refreshing once if unknown."""
-        homes = self._mapping.queues.get(queue)
-        if homes is None:
-            self.refresh()
-            homes = self._mapping.queues.get(queue)
-        if homes is None:
-            raise errors.NotFound(f"queue {queue!r} is not mapped by the manager")
-        return homes
+        return self._map.homes(queue)
 
     def client_for(self, cluster: str) -> Client:
-        bootstrap = self._mapping.bootstrap.get(cluster)
-        if bootstrap is None:
-            raise errors.NotFound(f"cluster {cluster!r} is not in the manager's mapping")
-        with self._lock:
-            cached = self._clients.get(cluster)
-            if cached is not None and cached[0] == bootstrap:
-                return cached[1]
-            token = self._cluster_tokens.get(cluster, self._token or "")
-            # never following redirects itself: NotFound refreshes the mapping instead
-            client = Client(list(bootstrap), token=token, follow_redirects=False,
-                            **self._client_kwargs)  # fmt: skip
-            self._clients[cluster] = (bootstrap, client)
-        if cached is not None:
-            cached[1].close()
-        return client
+        return self._map.client_for(cluster)
 
     def _routed(self, queue: str, fn: Any) -> Any:
         """``fn(homes)``; on NotFound, refresh the mapping once and retry; on
@@ -385,8 +314,8 @@ class ManagedClient:
                     return []
                 waits = [min(left_ms // len(order) + 1, POLL_SLICE_MS)]
 
-        if time.monotonic() - self._fetched_at > MAPPING_MAX_AGE_S:
-            self._refresh_behind()  # a partial move's cut-over raises nothing at the source
+        # a partial move's cut-over raises nothing at the source: ask now and then
+        self._map.refresh_if_old(self.refresh)
         return self._routed(queue, run)  # type: ignore[no-any-return]
 
     def ack(self, queue: str, receipts: Receipts) -> list[ReceiptResult]:
@@ -451,10 +380,8 @@ class ManagedClient:
         )
 
     def close(self) -> None:
+        self._map.close()
         with self._lock:
-            for _, client in self._clients.values():
-                client.close()
-            self._clients.clear()
             if self._executor is not None:
                 self._executor.shutdown(wait=False)
                 self._executor = None

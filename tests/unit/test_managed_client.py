@@ -55,8 +55,8 @@ def managed(homes: tuple[Home, ...]) -> tuple[ManagedClient, dict[str, FakeClust
         counts[h.cluster] = counts.get(h.cluster, 0) + 1
     fakes = {c: FakeCluster(c, n) for c, n in counts.items()}
     bootstrap = {c: ("127.0.0.1:2",) for c in fakes}
-    client._mapping = Mapping_(1, bootstrap, {"q": homes}, {})
-    client._fetched_at = time.monotonic() + 3600  # no age refresh behind receives here
+    client._map.current = Mapping_(1, bootstrap, {"q": homes}, {})
+    client._map.fetched_at = time.monotonic() + 3600  # no age refresh behind receives here
     client.client_for = lambda cluster: fakes[cluster]  # type: ignore[method-assign,assignment,return-value]
     return client, fakes
 
@@ -136,13 +136,14 @@ def moving(cut_over_after: int) -> tuple[ManagedClient, dict[str, FakeCluster], 
     """``q`` on c1 (fenced), cut over to c2 at the ``cut_over_after``-th refresh."""
     client, fakes = managed((Home("c1", 0), Home("c2", 0)))
     fakes["c1"] = FencedCluster("c1", 1)
-    client._mapping = Mapping_(1, client._mapping.bootstrap, {"q": (Home("c1", 0),)}, {})
+    client._map.current = Mapping_(1, client._mapping.bootstrap, {"q": (Home("c1", 0),)}, {})
     refreshes = [0]
 
     def refresh() -> int:
         refreshes[0] += 1
         if refreshes[0] >= cut_over_after:
-            client._mapping = Mapping_(2, client._mapping.bootstrap, {"q": (Home("c2", 0),)}, {})
+            bootstrap = client._mapping.bootstrap
+            client._map.current = Mapping_(2, bootstrap, {"q": (Home("c2", 0),)}, {})
         return client._mapping.version
 
     client.refresh = refresh  # type: ignore[method-assign]

@@ -138,7 +138,7 @@ def test_a_pinned_queue_is_still_placed_by_the_manager_over_its_mapped_partition
     from raft_queue.client.partitioner import partition_for_key
 
     client, fakes = managed((Home("c1", 0), Home("c1", 1)))
-    client._mapping = dataclasses.replace(client._mapping, pinned=frozenset({"q"}))
+    client._map.current = dataclasses.replace(client._mapping, pinned=frozenset({"q"}))
     results = client.send_batch("q", [b"x", OutgoingMessage(b"y", key="k")])
     assert [r.partition for r in results] == [0, partition_for_key("k", 2)]
     assert fakes["c1"].turn == 0  # no bare body was left to the cluster's round robin

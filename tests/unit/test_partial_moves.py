@@ -152,12 +152,12 @@ def test_a_receive_learns_a_partial_cut_over_from_the_mappings_age_without_waiti
         released.wait(5)
         bootstrap = {**client._mapping.bootstrap, "c2": ("127.0.0.1:3",)}
         homes = (Home("c1", 0), Home("c2", 0))
-        client._mapping = Mapping_(2, bootstrap, {"q": homes}, {}, frozenset({"q"}))
-        client._fetched_at = time.monotonic()
+        client._map.current = Mapping_(2, bootstrap, {"q": homes}, {}, frozenset({"q"}))
+        client._map.fetched_at = time.monotonic()
         return 2
 
     client.refresh = refresh  # type: ignore[method-assign]
-    client._fetched_at = 0.0  # an old copy
+    client._map.fetched_at = 0.0  # an old copy
     began = time.monotonic()
     assert client.receive("q", wait_ms=0) == []  # c1 has nothing; the manager is slow
     assert time.monotonic() - began < 1.0
