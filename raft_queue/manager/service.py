@@ -30,7 +30,7 @@ from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import manager_pb2, manager_pb2_grpc
 from raft_queue.client.models import config_from_pb, config_to_pb
 from raft_queue.config import check_queue_name
-from raft_queue.manager import move_state, queue_update, state
+from raft_queue.manager import move_state, placement, queue_update, state
 from raft_queue.manager.callers import Callers
 from raft_queue.manager.health import cluster_client, release
 from raft_queue.manager.node import ManagerNode
@@ -159,7 +159,7 @@ class ManagerService(manager_pb2_grpc.ManagerServiceServicer):
             check_queue_name(request.name)
             config = dataclasses.asdict(config_from_pb(request.config))
             partitions = int(config.get("partitions") or 1)
-            homes = state.plan_homes(self._node.view, partitions, tuple(request.clusters))
+            homes = placement.plan_homes(self._node.view, partitions, tuple(request.clusters))
             return mapping_pb(await self._place(request.name, homes, config))
 
         return await self._serve(context, work)
@@ -180,7 +180,7 @@ class ManagerService(manager_pb2_grpc.ManagerServiceServicer):
             if existing is not None:  # adopt the queue that cluster already has
                 config = dataclasses.asdict(existing.config)
             partitions = int(config.get("partitions") or 1)
-            homes = state.plan_homes(self._node.view, partitions, (request.cluster,))
+            homes = placement.plan_homes(self._node.view, partitions, (request.cluster,))
             return mapping_pb(await self._place(request.name, homes, config))
 
         return await self._serve(context, work)

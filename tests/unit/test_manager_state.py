@@ -6,7 +6,7 @@ import pytest
 
 from raft_queue import errors
 from raft_queue.client.models import ClusterStatus, NodeInfo, ReplicaStatus
-from raft_queue.manager import state
+from raft_queue.manager import placement, state
 from raft_queue.manager.health import judge
 
 CONFIG = {"partitions": 4, "ordering": "fifo"}
@@ -44,29 +44,29 @@ def test_new_queue_goes_to_the_least_loaded_healthy_cluster_not_draining() -> No
     m.apply(state.ReportHealth("c1", "healthy", 5, "", 3))
     m.apply(state.ReportHealth("c2", "degraded", 0, "n2 dead", 3))
     m.apply(state.ReportHealth("c3", "healthy", 9, "", 3))
-    homes = state.plan_homes(m, 2, ())
+    homes = placement.plan_homes(m, 2, ())
     assert {h.cluster for h in homes} == {"c1"} and [h.local for h in homes] == [0, 1]
     m.apply(state.SetDraining("c1", True))
-    assert {h.cluster for h in state.plan_homes(m, 1, ())} == {"c3"}
+    assert {h.cluster for h in placement.plan_homes(m, 1, ())} == {"c3"}
     m.apply(state.ReportHealth("c3", "down", 0, "", 4))
     with pytest.raises(errors.Unavailable):
-        state.plan_homes(m, 1, ())
+        placement.plan_homes(m, 1, ())
 
 
 def test_named_clusters_share_the_partitions_round_robin() -> None:
     m = machine_with("c1", "c2")
-    homes = state.plan_homes(m, 4, ("c1", "c2"))
+    homes = placement.plan_homes(m, 4, ("c1", "c2"))
     assert homes == (
         state.PartitionHome("c1", 0), state.PartitionHome("c2", 0),
         state.PartitionHome("c1", 1), state.PartitionHome("c2", 1),
     )  # fmt: skip
     with pytest.raises(errors.NotFound):
-        state.plan_homes(m, 1, ("c9",))
+        placement.plan_homes(m, 1, ("c9",))
 
 
 def test_place_is_idempotent_and_a_cluster_holding_queues_cannot_be_removed() -> None:
     m = machine_with("c1", "c2")
-    homes = state.plan_homes(m, 4, ("c1", "c2"))
+    homes = placement.plan_homes(m, 4, ("c1", "c2"))
     q = m.apply(state.PlaceQueue("orders", homes, CONFIG, 5))
     version = m.mapping_version
     assert m.apply(state.PlaceQueue("orders", homes, CONFIG, 6)) == q
@@ -83,7 +83,7 @@ def test_place_is_idempotent_and_a_cluster_holding_queues_cannot_be_removed() ->
 
 def test_commands_and_snapshots_round_trip_to_equal_bytes() -> None:
     m = machine_with("c1", "c2")
-    cmd = state.PlaceQueue("q", state.plan_homes(m, 3, ("c1", "c2")), CONFIG, 7)
+    cmd = state.PlaceQueue("q", placement.plan_homes(m, 3, ("c1", "c2")), CONFIG, 7)
     assert state.decode_command(state.encode_command(cmd)) == cmd
     m.apply(state.decode_command(state.encode_command(cmd)))
     copy = state.ManagerMachine.from_bytes(m.to_bytes())

@@ -11,7 +11,7 @@ from raft_queue import errors
 from raft_queue.client.models import OutgoingMessage, QueueConfig
 from raft_queue.core import metadata as meta
 from raft_queue.core.metadata import MetadataMachine
-from raft_queue.manager import move_state, state
+from raft_queue.manager import move_state, placement, state
 from raft_queue.manager.moves import _pairs, _target_config
 from tests.unit.test_manager_state import CONFIG, machine_with
 from tests.unit.test_metadata_machine import create, machine_with_nodes
@@ -42,8 +42,8 @@ def placed_spread() -> state.ManagerMachine:
     """'orders' with 4 partitions on c1, 'wide' spread over c1 and c2 (0,2 on
     c1; 1,3 on c2); c3 empty."""
     m = machine_with("c1", "c2", "c3")
-    m.apply(state.PlaceQueue("orders", state.plan_homes(m, 4, ("c1",)), dict(CONFIG), 1))
-    m.apply(state.PlaceQueue("wide", state.plan_homes(m, 4, ("c1", "c2")), dict(CONFIG), 1))
+    m.apply(state.PlaceQueue("orders", placement.plan_homes(m, 4, ("c1",)), dict(CONFIG), 1))
+    m.apply(state.PlaceQueue("wide", placement.plan_homes(m, 4, ("c1", "c2")), dict(CONFIG), 1))
     return m
 
 
