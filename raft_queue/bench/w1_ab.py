@@ -69,7 +69,9 @@ def _cluster(base: Path, name: str, value: str, trace: str | None) -> LocalClust
     return cluster
 
 
-def run(name: str, values: list[str], blocks: int, block: int, trace: str | None) -> dict:
+def run(
+    name: str, values: list[str], blocks: int, block: int, trace: str | None
+) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="w1-ab-") as tmp, contextlib.ExitStack() as stack:
         clients: dict[str, Client] = {}
         for value in values:
@@ -83,7 +85,7 @@ def run(name: str, values: list[str], blocks: int, block: int, trace: str | None
         return _alternate(clients, blocks, block)
 
 
-def _alternate(clients: dict[str, Client], blocks: int, block: int) -> dict:
+def _alternate(clients: dict[str, Client], blocks: int, block: int) -> dict[str, object]:
     body = b"x" * 100
     for client in clients.values():
         _block(client, 200, body)  # warm: channels, the stream, leader caches
