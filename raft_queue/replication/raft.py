@@ -393,11 +393,9 @@ class SafeSyncObj(AppendEntriesFixes, PreVote, TickFixes):
         pass
 
     # ---- durability (hazard 3) -------------------------------------------------
-    def flush_durable(self, inline: bool = False) -> None:
+    def flush_durable(self) -> None:
         """Begin a sync of what was written (or, without a syncer, sync now),
-        then send the acks that syncs already cover. A follower's sync may
-        run inline (syncs.SyncThreads.run_inline); a leader's only when
-        ``inline`` (its AppendEntries are already out)."""
+        then send the acks that syncs already cover."""
         journal = self._SyncObj__raftLog
         if self.syncer is None:
             journal.sync()
@@ -405,8 +403,9 @@ class SafeSyncObj(AppendEntriesFixes, PreVote, TickFixes):
             job = journal.begin_sync()
             if job is not None:
                 _stage("x.sync_begin")
-                follower = self._SyncObj__raftState == _RAFT_STATE.FOLLOWER
-                if (inline or follower) and self.syncer.run_inline(job, self.on_sync_done):
+                if self._SyncObj__raftState == _RAFT_STATE.FOLLOWER and self.syncer.run_inline(
+                    job, self.on_sync_done
+                ):
                     return  # on_sync_done sent the acks the sync allows
                 self.syncer.submit(job, self.on_sync_done)
         if self._pending_acks:

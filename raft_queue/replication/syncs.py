@@ -42,9 +42,7 @@ log = logging.getLogger(__name__)
 
 Done = Callable[[SyncJob], None]
 
-# 0: never inline; 1: followers' syncs; 2: the leader's too, after its
-# AppendEntries went out (ticks.TickFixes._append_commands).
-INLINE = int(os.environ.get("RAFTQ_SYNC_INLINE", "1") or 0)
+INLINE = os.environ.get("RAFTQ_SYNC_INLINE", "1") != "0"
 
 
 class SyncThreads:
@@ -75,17 +73,10 @@ class SyncThreads:
             self._busy += 1
         self._jobs.put((job, done))
 
-    def may_inline(self, leader: bool = False) -> bool:
-        """Driver thread: would ``run_inline`` run a sync now?"""
-        need = 2 if leader else 1
-        if need > INLINE or self._busy or self._quiet is None:
-            return False
-        return self._quiet()
-
     def run_inline(self, job: SyncJob, done: Done) -> bool:
         """Driver thread: run ``job`` and ``done(job)`` here and now if the
         host has nothing else to do (module docstring); False: not run."""
-        if not self.may_inline():
+        if not INLINE or self._busy or self._quiet is None or not self._quiet():
             return False
         self.inlined += 1
         _stage("io.start")

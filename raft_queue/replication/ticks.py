@@ -118,17 +118,10 @@ class TickFixes(SyncObj):
             self._defer_sends = False
         if self._sends_owed:
             self._sends_owed = False
-            syncer = getattr(self, "syncer", None)  # SafeSyncObj's
-            if syncer is not None and syncer.may_inline(leader=True):
-                # Nothing else to do on the host: the entries go out first,
-                # then the leader syncs its copy here, no I/O-thread hand-off.
-                self._SyncObj__sendAppendEntries()
-                self.flush_durable(inline=True)
-                return
             self.flush_durable()
             self._SyncObj__sendAppendEntries()
 
-    def flush_durable(self, inline: bool = False) -> None:  # SafeSyncObj's (raft.py)
+    def flush_durable(self) -> None:  # SafeSyncObj's (raft.py)
         raise NotImplementedError
 
     def _advance_commit(self) -> None:

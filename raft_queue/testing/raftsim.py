@@ -110,14 +110,10 @@ class SimSyncer:
         delay = rng.uniform(0.0005, 0.004) if rng.random() < 0.8 else rng.uniform(0.005, 0.3)
         self.net.schedule(delay, "sync", self.me, (job, done))
 
-    def may_inline(self, leader: bool = False) -> bool:
-        return self.net.inline_share > 0 and self.net.rng.random() < self.net.inline_share
-
     def run_inline(self, job: Any, done: Any) -> bool:
-        """A sync on the driver thread (syncs.SyncThreads: a follower's, or a
-        leader's after its AppendEntries), for ``net.inline_share`` of them:
-        done at once, acks with it."""
-        if not self.may_inline():
+        """A follower's sync on its driver thread (syncs.SyncThreads), for
+        ``net.inline_share`` of them: done at once, acks with it."""
+        if self.net.inline_share <= 0 or self.net.rng.random() >= self.net.inline_share:
             return False
         job.run()
         done(job)

@@ -29,9 +29,6 @@ class HeldSyncs:
     def submit(self, job: SyncJob, done: Any) -> None:
         self.jobs.append((job, done))
 
-    def may_inline(self, leader: bool = False) -> bool:
-        return False
-
     def run_inline(self, job: SyncJob, done: Any) -> bool:
         """Never inline: every sync is held (tests of inline use SyncThreads)."""
         return False
