@@ -17,7 +17,7 @@ different groups run concurrently on up to ``threads`` threads.
 
 Inline (``run_inline``): a follower whose sync would be the only work of the
 host runs it on the driver thread itself, and its acks go out at once: the
-two thread hand-offs (driver -> I/O thread -> driver, ~0.1 ms on W1's path)
+two thread hand-offs (driver -> I/O thread -> driver, 0.1-0.3 ms on W1's path)
 are gone. Only when no sync is in flight on the threads and the host has no
 other group's work queued (``quiet``, the host's view); otherwise the sync
 goes to the threads as above, so one group's fdatasync never holds up
