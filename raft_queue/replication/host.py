@@ -154,7 +154,10 @@ class RaftHost:
         self._calls: list[tuple[Callable[[], Any], Future[Any]]] = []
         self._calls_lock = threading.Lock()
         self._posted: collections.deque[Callable[[], None]] = collections.deque()
-        self.syncer = SyncThreads(self.post, sync_threads) if sync_threads else None
+        self._flushing = 0  # groups of the running flush/tick pass still to come
+        self.syncer = (
+            SyncThreads(self.post, sync_threads, quiet=self._quiet) if sync_threads else None
+        )
         self._stop = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -371,7 +374,9 @@ class RaftHost:
         if not self._flush:
             return
         keys, self._flush = self._flush, set()
+        self._flushing = len(keys)
         for key in keys:
+            self._flushing -= 1
             group = self._groups.get(key)
             if group is not None:
                 try:
@@ -379,8 +384,22 @@ class RaftHost:
                 except Exception:
                     log.exception("flush failed for %s", key)
 
+    def _quiet(self) -> bool:
+        """Driver thread: nothing queued for another group, so a follower's
+        sync may run here (syncs.SyncThreads.run_inline). The group being
+        flushed is itself marked active (its tick follows); one more is not."""
+        return (
+            self._flushing == 0
+            and not self._flush
+            and not self._posted
+            and not self._calls
+            and len(self._active) <= 1
+        )
+
     def _tick(self, keys: set[str]) -> None:
+        self._flushing = len(keys)  # a tick flushes too: the others wait behind it
         for key in keys:
+            self._flushing -= 1
             group = self._groups.get(key)
             if group is None:
                 continue

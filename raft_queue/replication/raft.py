@@ -403,6 +403,10 @@ class SafeSyncObj(AppendEntriesFixes, PreVote, TickFixes):
             job = journal.begin_sync()
             if job is not None:
                 _stage("x.sync_begin")
+                if self._SyncObj__raftState == _RAFT_STATE.FOLLOWER and self.syncer.run_inline(
+                    job, self.on_sync_done
+                ):
+                    return  # on_sync_done sent the acks the sync allows
                 self.syncer.submit(job, self.on_sync_done)
         if self._pending_acks:
             self._send_synced_acks()

@@ -14,11 +14,23 @@ ack never precedes the sync that covers what it claims.
 A group has at most one sync in flight; entries written meanwhile are
 covered by the next, begun when that one ends (group commit). Syncs of
 different groups run concurrently on up to ``threads`` threads.
+
+Inline (``run_inline``): a follower whose sync would be the only work of the
+host runs it on the driver thread itself, and its acks go out at once: the
+two thread hand-offs (driver -> I/O thread -> driver, 0.1-0.3 ms on W1's path)
+are gone. Only when no sync is in flight on the threads and the host has no
+other group's work queued (``quiet``, the host's view); otherwise the sync
+goes to the threads as above, so one group's fdatasync never holds up
+another's messages when there is anything else to do. ``RAFTQ_SYNC_INLINE=0``
+turns it off (for A/B measurements: docs/benchmarks.md, "W1: fewer hand-offs
+on the commit path"). Hazard 3 is the same: the acks wait for ``done(job)``,
+which runs after ``job.run()`` returned, on the same driver thread.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -30,12 +42,23 @@ log = logging.getLogger(__name__)
 
 Done = Callable[[SyncJob], None]
 
+INLINE = os.environ.get("RAFTQ_SYNC_INLINE", "1") != "0"
+
 
 class SyncThreads:
     """``post(fn)`` runs ``fn`` on the driver thread (RaftHost.post)."""
 
-    def __init__(self, post: Callable[[Callable[[], None]], None], threads: int = 2) -> None:
+    def __init__(
+        self,
+        post: Callable[[Callable[[], None]], None],
+        threads: int = 2,
+        quiet: Callable[[], bool] | None = None,
+    ) -> None:
         self._post = post
+        self._quiet = quiet
+        self._busy = 0  # jobs submitted and not finished (driver + I/O threads)
+        self._busy_lock = threading.Lock()
+        self.inlined = 0
         self._jobs: queue.SimpleQueue[tuple[SyncJob, Done] | None] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._run, name=f"raft-sync-{i}", daemon=True)
@@ -46,7 +69,21 @@ class SyncThreads:
 
     def submit(self, job: SyncJob, done: Done) -> None:
         """Run ``job`` on an I/O thread, then ``done(job)`` on the driver thread."""
+        with self._busy_lock:
+            self._busy += 1
         self._jobs.put((job, done))
+
+    def run_inline(self, job: SyncJob, done: Done) -> bool:
+        """Driver thread: run ``job`` and ``done(job)`` here and now if the
+        host has nothing else to do (module docstring); False: not run."""
+        if not INLINE or self._busy or self._quiet is None or not self._quiet():
+            return False
+        self.inlined += 1
+        _stage("io.start")
+        job.run()  # never raises: an error is kept in job.error
+        _stage("io.end")
+        done(job)
+        return True
 
     def stop(self, timeout_s: float = 5.0) -> None:
         for _ in self._threads:
@@ -63,6 +100,8 @@ class SyncThreads:
             _stage("io.start")
             job.run()  # never raises: an error is kept in job.error
             _stage("io.end")
+            with self._busy_lock:
+                self._busy -= 1
             try:
                 self._post(_call(done, job))
             except Exception:  # the host stopped meanwhile

@@ -110,6 +110,15 @@ class SimSyncer:
         delay = rng.uniform(0.0005, 0.004) if rng.random() < 0.8 else rng.uniform(0.005, 0.3)
         self.net.schedule(delay, "sync", self.me, (job, done))
 
+    def run_inline(self, job: Any, done: Any) -> bool:
+        """A follower's sync on its driver thread (syncs.SyncThreads), for
+        ``net.inline_share`` of them: done at once, acks with it."""
+        if self.net.inline_share <= 0 or self.net.rng.random() >= self.net.inline_share:
+            return False
+        job.run()
+        done(job)
+        return True
+
 
 class SimGroup(SafeSyncObj):
     """A replica whose state machine records what it applied, by log index."""
@@ -194,9 +203,12 @@ class Report:
 class Net:
     """The simulated network, clock and fault schedule of one run."""
 
-    def __init__(self, seed: int, nodes: int, base: str, compact_every: int = 40) -> None:
+    def __init__(
+        self, seed: int, nodes: int, base: str, compact_every: int = 40, inline_share: float = 0.0
+    ) -> None:
         self.rng = random.Random(seed)
         self.compact_every = compact_every
+        self.inline_share = inline_share  # followers' syncs run inline (SimSyncer)
         self.clock = SimClock()
         self.base = base
         self.addresses = [f"127.0.0.1:{30000 + i}" for i in range(nodes)]
@@ -398,11 +410,12 @@ class Net:
             self.slow[(a, b)] = rng.uniform(0.01, 0.5)
 
 
-def run(seed: int, steps: int = 20000, nodes: int = 3) -> Report:
-    """One seeded run; the report's ``violations`` are safety failures."""
+def run(seed: int, steps: int = 20000, nodes: int = 3, inline_share: float = 0.0) -> Report:
+    """One seeded run; the report's ``violations`` are safety failures.
+    ``inline_share``: the share of followers' syncs run inline (SimSyncer)."""
     with tempfile.TemporaryDirectory(prefix="raftsim-") as base:
         random.seed(seed)  # pysyncobj's election timeouts and pre-vote's jitter
-        net = Net(seed, nodes, base)
+        net = Net(seed, nodes, base, inline_share=inline_share)
         with simulated_clock(net.clock):
             for a in net.addresses:
                 net.start(a)

@@ -8,6 +8,8 @@ ends (``finish``), so the orders that matter are forced, not raced.
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from test_raft_hazards import addr, append_entries, entry, leader_node, make_obj
 
 from raft_queue.replication.journal import SyncJob
 from raft_queue.replication.raft import make_conf
+from raft_queue.replication.syncs import SyncThreads
 
 
 class HeldSyncs:
@@ -25,6 +28,10 @@ class HeldSyncs:
 
     def submit(self, job: SyncJob, done: Any) -> None:
         self.jobs.append((job, done))
+
+    def run_inline(self, job: SyncJob, done: Any) -> bool:
+        """Never inline: every sync is held (tests of inline use SyncThreads)."""
+        return False
 
     def finish(self) -> None:
         """Run the oldest held sync, then its end on the 'driver thread'."""
@@ -122,3 +129,45 @@ def test_the_leader_counts_its_own_copy_once_synced(tmp_path: Path) -> None:
     syncs.finish()
     obj._raft_tick()
     assert obj.raftCommitIndex == noop, "leader (synced) + one follower are a majority"
+
+
+def test_a_follower_syncing_inline_acks_after_its_sync_and_not_before(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """SyncThreads.run_inline (nothing else queued on the host): the sync runs
+    on the driver and the ack goes out right after it, in the same flush."""
+    obj, _ = journaled(tmp_path, [addr()])
+    rec = wire(obj)
+    obj.syncer = SyncThreads(lambda fn: fn(), threads=0, quiet=lambda: True)
+    seen: list[list[int]] = []
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        seen.append(acks(rec))
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    receive(obj, append_entries(1, 0, [entry(2), entry(3)]))
+    assert seen and all(s == [] for s in seen), "the ack went out before a sync"
+    assert acks(rec) == [4] and obj._SyncObj__raftLog.durable_index == 3
+    assert obj.syncer.inlined == 1
+
+
+def test_a_busy_host_hands_the_sync_to_the_threads(tmp_path: Path) -> None:
+    """Another group's work queued (``quiet`` false): not inline, and no ack
+    until the I/O thread's sync ends."""
+    obj, _ = journaled(tmp_path, [addr()])
+    rec = wire(obj)
+    posted: list[Any] = []
+    obj.syncer = SyncThreads(posted.append, threads=1, quiet=lambda: False)
+    try:
+        receive(obj, append_entries(1, 0, [entry(2), entry(3)]))
+        assert obj.syncer.inlined == 0
+        deadline = time.monotonic() + 10
+        while not posted and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert acks(rec) == [], "acked before the sync's end reached the driver"
+        posted.pop()()
+        assert acks(rec) == [4]
+    finally:
+        obj.syncer.stop()

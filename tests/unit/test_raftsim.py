@@ -25,3 +25,12 @@ def test_every_replica_applies_the_same_command_at_each_index(seed: int) -> None
     report = raftsim.run(seed, steps=6000)
     assert not report.violations, "\n".join(report.violations[:10])
     assert report.committed > 50 and report.elections >= 2  # it did run, through failovers
+
+
+@pytest.mark.parametrize("seed", SEEDS[:8])
+def test_followers_syncing_inline_keep_the_same_safety(seed: int) -> None:
+    """Half of the followers' syncs run on the driver (syncs.SyncThreads.run_inline):
+    their acks go out with the sync's end, never before it."""
+    report = raftsim.run(seed, steps=6000, inline_share=0.5)
+    assert not report.violations, "\n".join(report.violations[:10])
+    assert report.committed > 50 and report.elections >= 2

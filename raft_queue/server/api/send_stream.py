@@ -39,6 +39,7 @@ from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.core import access
 from raft_queue.observability import metrics
+from raft_queue.observability.stagetrace import mark as _stage
 from raft_queue.server.api.metrics import count_request
 from raft_queue.server.api.status import status_logged
 from raft_queue.server.api.usage import REQUEST_BYTES
@@ -152,10 +153,13 @@ class SendStreamServer:
 
     async def one(self, gate: StreamGate, request: Any) -> Any:
         """One request, counted as a unary Send in the RPC metrics (its code, its time)."""
+        _stage("s.intercept")  # a stream's request: no interceptors (stage_report)
         started = time.perf_counter()
+        _stage("s.handler")
         answer = await self._answer(gate, request)
         code = answer.error.code if answer.HasField("error") else 0
         count_request(SEND_LABEL, code, time.perf_counter() - started)
+        _stage("s.reply")
         return answer
 
     async def _answer(self, gate: StreamGate, request: Any) -> Any:
