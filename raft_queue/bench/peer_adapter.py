@@ -26,7 +26,7 @@ of the NATS and RabbitMQ adapters' ``msg.ack()`` / ``basic_ack``: the acks
 ride the next receive, or leave within 10 ms, or at close) or ``sync``
 (each consume waits for its ack's Raft commit, as before); ``prefetch``:
 how many Receives are kept in flight ahead of the harness (0: none, ``auto``
-by default: 2 when the harness made this adapter with ``max_inflight`` > 1,
+by default: 3 when the harness made this adapter with ``max_inflight`` > 1,
 its throughput workloads (W2, W3's drain), 0 when ``max_inflight`` is 1,
 its latency workloads (W1, W4's consumer, where receiving ahead tripled
 W4's p99); never more than fits the harness's ``consumer_window`` with the
@@ -54,7 +54,7 @@ from raft_queue.errors import NotFound, QueueError
 from raft_queue.observability.stagetrace import mark as _stage
 
 SERVER_MODULE = b"raft_queue.server.main"
-AUTO_DEPTH = 2  # Receives ahead with prefetch=auto when max_inflight > 1
+AUTO_DEPTH = 3  # Receives ahead with prefetch=auto when max_inflight > 1 (window-capped)
 
 
 def _depth(value: str) -> int:
@@ -85,7 +85,8 @@ class RaftQueueAdapter:
         self.pids = [int(x) for x in str(opts.get("pids", "")).split(",") if x.strip()]
         self.cluster_dir = str(opts.get("cluster_dir", ""))
         self.opts_token = str(opts.get("token", ""))
-        # auto: 2 Receives ahead for the harness's pipelined workloads (W3's
+        # auto: 3 Receives ahead (capped by the window) for the harness's
+        # pipelined workloads (W3's
         # drain: docs/benchmarks.md, "W3: the drain loop's latency"), none for
         # its one-at-a-time ones (W4's consumer: receiving ahead tripled its p99).
         depth = str(opts.get("prefetch", "auto"))

@@ -247,9 +247,10 @@ def test_the_peer_adapter_acks_what_it_returned_and_gives_back_what_it_received_
 
 
 def test_the_peer_adapter_receives_ahead_only_for_the_harness_pipelined_workloads() -> None:
-    # prefetch=auto: W3's drain (max_inflight 256) keeps 2 Receives ahead;
+    # prefetch=auto: W3's drain (max_inflight 256) keeps 3 Receives ahead
+    # (3 x 256 + the batch in hand = its window of 1024);
     # W1 and W4's consumer (max_inflight 1) none: ahead tripled W4's p99.
-    assert RaftQueueAdapter("pb_w3", max_inflight=256, consumer_window=1024).prefetch == 2
+    assert RaftQueueAdapter("pb_w3", max_inflight=256, consumer_window=1024).prefetch == 3
     assert RaftQueueAdapter("pb_w4", max_inflight=1, consumer_window=1024).prefetch == 0
     assert RaftQueueAdapter("pb_w4", max_inflight=1, prefetch="2").prefetch == 2
     assert RaftQueueAdapter("pb_w3", max_inflight=256, prefetch="0").prefetch == 0
