@@ -86,9 +86,9 @@ class RaftQueueAdapter:
         self.cluster_dir = str(opts.get("cluster_dir", ""))
         self.opts_token = str(opts.get("token", ""))
         # auto: 3 Receives ahead (capped by the window) for the harness's
-        # pipelined workloads (W3's
-        # drain: docs/benchmarks.md, "W3: the drain loop's latency"), none for
-        # its one-at-a-time ones (W4's consumer: receiving ahead tripled its p99).
+        # pipelined workloads (W3's drain: docs/benchmarks.md, "W3: the drain
+        # loop's latency"), none for its one-at-a-time ones (W4's consumer:
+        # receiving ahead tripled its p99).
         depth = str(opts.get("prefetch", "auto"))
         auto = AUTO_DEPTH if self.max_inflight > 1 else 0
         self.prefetch = auto if depth == "auto" else _depth(depth)
