@@ -92,6 +92,13 @@ class RaftQueueAdapter:
         depth = str(opts.get("prefetch", "auto"))
         auto = AUTO_DEPTH if self.max_inflight > 1 else 0
         self.prefetch = auto if depth == "auto" else _depth(depth)
+        # named in the results; W4's are described by its producer's adapter
+        self.prefetch_mode = (
+            f"auto ({AUTO_DEPTH} ahead when max_inflight > 1, as W3's drain; else 0, "
+            "as W1 and W4's consumer)"
+            if depth == "auto"
+            else str(self.prefetch)
+        )
         self._ahead: deque[Future[Received]] = deque()  # the Receives sent ahead, oldest first
         self._receiver: ThreadPoolExecutor | None = None
         self.ack_mode = str(opts.get("ack", "background"))
@@ -224,7 +231,7 @@ class RaftQueueAdapter:
             "durability": self.durability,
             "publish_threads": self.threads,
             "ack_mode": self.ack_mode,
-            "prefetch": self.prefetch,
+            "prefetch": self.prefetch_mode,
             "client": "raft_queue SDK (grpcio " + version("grpcio") + ")",
         }
 
