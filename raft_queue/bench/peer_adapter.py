@@ -24,21 +24,27 @@ $RAFTQ_TOKEN, else ``cluster_dir``/admin.token, which ``raftq dev up`` writes);
 ``ack``: ``background`` (default: ``client.ack(wait=False)``, the contract
 of the NATS and RabbitMQ adapters' ``msg.ack()`` / ``basic_ack``: the acks
 ride the next receive, or leave within 10 ms, or at close) or ``sync``
-(each consume waits for its ack's Raft commit, as before); ``prefetch``
-(0, default: off; 1: on): receive ahead, as the NATS adapter's push
-consumer and RabbitMQ's prefetch do within the harness's consumer window:
-each consume returns the batch already received and sends the next
-Receive, which carries this batch's acks (``ReceiveRequest.ack``: one
-Raft entry with the new lease), before returning, so the harness handles
-one batch while the next is leased. At close, the batch received ahead
-and never returned is given back (``nack(release=True)``: visible again,
-receive count restored).
+(each consume waits for its ack's Raft commit, as before); ``prefetch``:
+how many Receives are kept in flight ahead of the harness (0: none, ``auto``
+by default: 3 when the harness made this adapter with ``max_inflight`` > 1,
+its throughput workloads (W2, W3's drain), 0 when ``max_inflight`` is 1,
+its latency workloads (W1, W4's consumer, where receiving ahead tripled
+W4's p99); never more than fits the harness's ``consumer_window`` with the
+batch in hand), as the NATS adapter's push consumer (``max_ack_pending`` =
+the window) and RabbitMQ's prefetch do: each consume returns the oldest
+batch received ahead and sends the next Receive, which carries this
+batch's acks (``ReceiveRequest.ack``: one Raft entry with the new lease),
+before returning, so the server leases the next batches while the harness
+handles this one. At close, the batches received ahead and never returned
+are given back (``nack(release=True)``: visible again, receive count
+restored).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -48,6 +54,14 @@ from raft_queue.errors import NotFound, QueueError
 from raft_queue.observability.stagetrace import mark as _stage
 
 SERVER_MODULE = b"raft_queue.server.main"
+AUTO_DEPTH = 3  # Receives ahead with prefetch=auto when max_inflight > 1 (window-capped)
+
+
+def _depth(value: str) -> int:
+    """``prefetch``: how many Receives are kept in flight ahead (0: none)."""
+    if value in ("false", "no", "off"):
+        return 0
+    return max(0, int({"true": "1", "yes": "1", "on": "1"}.get(value, value)))
 
 
 class RaftQueueAdapter:
@@ -71,11 +85,21 @@ class RaftQueueAdapter:
         self.pids = [int(x) for x in str(opts.get("pids", "")).split(",") if x.strip()]
         self.cluster_dir = str(opts.get("cluster_dir", ""))
         self.opts_token = str(opts.get("token", ""))
-        # Off by default: measured on a quiet machine (docs/benchmarks.md, "Same
-        # run as NATS"), receiving ahead gave W3 nothing (44.1k vs 42.3k msgs/s)
-        # and tripled W4's p99 (52 vs 13.6 ms).
-        self.prefetch = str(opts.get("prefetch", "0")) not in ("0", "false", "no")
-        self._ahead: Future[Received] | None = None  # the Receive sent ahead (prefetch)
+        # auto: 3 Receives ahead (capped by the window) for the harness's
+        # pipelined workloads (W3's drain: docs/benchmarks.md, "W3: the drain
+        # loop's latency"), none for its one-at-a-time ones (W4's consumer:
+        # receiving ahead tripled its p99).
+        depth = str(opts.get("prefetch", "auto"))
+        auto = AUTO_DEPTH if self.max_inflight > 1 else 0
+        self.prefetch = auto if depth == "auto" else _depth(depth)
+        # named in the results; W4's are described by its producer's adapter
+        self.prefetch_mode = (
+            f"auto ({AUTO_DEPTH} ahead when max_inflight > 1, as W3's drain; else 0, "
+            "as W1 and W4's consumer)"
+            if depth == "auto"
+            else str(self.prefetch)
+        )
+        self._ahead: deque[Future[Received]] = deque()  # the Receives sent ahead, oldest first
         self._receiver: ThreadPoolExecutor | None = None
         self.ack_mode = str(opts.get("ack", "background"))
         if self.ack_mode not in ("background", "sync"):
@@ -92,7 +116,7 @@ class RaftQueueAdapter:
             self.target, timeout_s=60, token=self._token(), send_stream=self.send_stream
         )
         self._pool = ThreadPoolExecutor(self.threads)
-        self._receiver = ThreadPoolExecutor(1) if self.prefetch else None
+        self._receiver = ThreadPoolExecutor(self.prefetch) if self.prefetch else None
 
     def _token(self) -> str | None:
         if self.opts_token or os.environ.get("RAFTQ_TOKEN"):
@@ -152,33 +176,37 @@ class RaftQueueAdapter:
         return [m.body for m in batch]
 
     def _consume_ahead(self, max_n: int, wait_ms: int) -> list[bytes]:
-        """The batch received ahead (or one received now); the next Receive,
-        carrying this batch's acks, is sent before returning. The acks are
-        sent, not confirmed (as ``msg.ack()``); with ``ack=sync`` the
-        call waits for the next Receive, i.e. for their commit."""
+        """The oldest batch received ahead (or one received now); before
+        returning, the next Receive, carrying this batch's acks, is sent, and
+        more up to ``prefetch`` Receives in flight. The acks are sent, not
+        confirmed (as ``msg.ack()``); with ``ack=sync`` the call waits for
+        the Receive that carries them, i.e. for their commit."""
         client, receiver = self._c(), self._receiver
         assert receiver is not None
-        ahead, self._ahead = self._ahead, None
-        if ahead is None:
-            ahead = receiver.submit(client.receive, self.dest, max_n, None, wait_ms)
-        batch = ahead.result()
+        if not self._ahead:
+            self._ahead.append(receiver.submit(client.receive, self.dest, max_n, None, wait_ms))
+        batch = self._ahead.popleft().result()
         if batch:
             nxt = receiver.submit(client.receive, self.dest, max_n, None, wait_ms, "", batch)
-            self._ahead = nxt
+            self._ahead.append(nxt)
+            # within the consumer window: this batch and those leased ahead
+            while len(self._ahead) < min(self.prefetch, self.consumer_window // max_n - 1):
+                self._ahead.append(receiver.submit(client.receive, self.dest, max_n, None, wait_ms))
             if self.ack_mode == "sync":
                 nxt.result()
         return [m.body for m in batch]
 
     def _give_back_ahead(self) -> None:
-        """Close: the Receive sent ahead applies its acks; what it leased
+        """Close: the Receives sent ahead apply their acks; what they leased
         was never returned, so its leases are undone (visible again)."""
-        ahead, self._ahead = self._ahead, None
-        if ahead is None or self.client is None:
+        ahead, self._ahead = self._ahead, deque()
+        if self.client is None:
             return
-        with contextlib.suppress(QueueError):
-            batch = ahead.result()
-            if batch:
-                self.client.nack(self.dest, batch, release=True)
+        for fut in ahead:
+            with contextlib.suppress(QueueError):
+                batch = fut.result()
+                if batch:
+                    self.client.nack(self.dest, batch, release=True)
 
     def close(self) -> None:
         self._give_back_ahead()
@@ -203,7 +231,7 @@ class RaftQueueAdapter:
             "durability": self.durability,
             "publish_threads": self.threads,
             "ack_mode": self.ack_mode,
-            "prefetch": self.prefetch,
+            "prefetch": self.prefetch_mode,
             "client": "raft_queue SDK (grpcio " + version("grpcio") + ")",
         }
 

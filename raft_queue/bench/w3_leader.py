@@ -19,6 +19,7 @@ import argparse
 import importlib.util
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -50,8 +51,13 @@ def _pid_of(address: str, cluster_dir: str, pids: list[int]) -> int:
 
 
 def one_round(lg: Any, a: argparse.Namespace, k: int) -> dict[str, Any]:
+    opts = dict(kv.split("=", 1) for kv in a.opt)
     q = RaftQueueAdapter(
-        dest="pb_w3lead", max_inflight=a.inflight, target=a.target, cluster_dir=a.cluster_dir
+        dest="pb_w3lead",
+        max_inflight=a.inflight,
+        target=a.target,
+        cluster_dir=a.cluster_dir,
+        **opts,
     )
     q.connect()
     q.reset()
@@ -74,9 +80,13 @@ def one_round(lg: Any, a: argparse.Namespace, k: int) -> dict[str, Any]:
     me0 = sum(os.times()[:2])
     seen = bytearray(n)
     got = dups = 0
+    calls: list[float] = []  # wall time of each consume call (ms)
     t0 = time.perf_counter()
     while got < n and time.perf_counter() - t0 < 120:
-        for m in q.consume(a.batch, timeout=2.0):
+        c0 = time.perf_counter()
+        batch = q.consume(a.batch, timeout=2.0)
+        calls.append((time.perf_counter() - c0) * 1e3)
+        for m in batch:
             seq = lg.HDR.unpack_from(m)[0]
             if seq < n and not seen[seq]:
                 seen[seq] = 1
@@ -99,6 +109,13 @@ def one_round(lg: Any, a: argparse.Namespace, k: int) -> dict[str, Any]:
         "leader_us": round(cpu[leader] * per, 1),
         "followers_us": followers,
         "client_us": round(me * per, 1),
+        # the serial loop: time inside consume per call, against the leader's CPU per call
+        "calls": len(calls),
+        "call_ms_p50": round(statistics.median(calls), 3),
+        "call_ms_p90": round(statistics.quantiles(calls, n=10)[-1], 3) if len(calls) > 1 else 0,
+        "in_consume_pct": round(100 * sum(calls) / 1e3 / el, 1),
+        "leader_ms_per_call": round(cpu[leader] * 1e3 / max(len(calls), 1), 3),
+        "wall_ms_per_call": round(el * 1e3 / max(len(calls), 1), 3),
     }
 
 
@@ -117,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=int, default=200)
     ap.add_argument("--gil", action="store_true", help="py-spy: only samples holding the GIL")
     ap.add_argument("--native", action="store_true", help="py-spy: C frames too")
+    ap.add_argument("--opt", action="append", default=[], metavar="K=V", help="adapter option")
     a = ap.parse_args(argv)
     lg = _loadgen(a.peers)
     for k in range(a.rounds):

@@ -219,12 +219,14 @@ def test_a_consumer_with_background_acks_handles_and_acks_every_message(
         assert _depth(other, "consumer") == (0, 0)  # the rest left at close
 
 
+@pytest.mark.parametrize("prefetch", ["1", "2"])
 def test_the_peer_adapter_acks_what_it_returned_and_gives_back_what_it_received_ahead(
-    cluster: LocalCluster,
+    cluster: LocalCluster, prefetch: str
 ) -> None:
     adapter = RaftQueueAdapter(
-        "pb_acks", target=cluster.bootstrap, token=cluster.token, prefetch="1"
+        "pb_acks", target=cluster.bootstrap, token=cluster.token, prefetch=prefetch
     )
+    assert adapter.prefetch == int(prefetch)
     adapter.connect()
     adapter.reset()
     adapter.publish_batch([b"p%02d" % i for i in range(10)])
@@ -242,3 +244,13 @@ def test_the_peer_adapter_acks_what_it_returned_and_gives_back_what_it_received_
         rest = c.receive("pb_acks", max_messages=10, wait_ms=2000)
         assert sorted(m.body for m in rest) == [b"p08", b"p09"]
         assert all(m.receive_count == 1 for m in rest)  # released: count restored
+
+
+def test_the_peer_adapter_receives_ahead_only_for_the_harness_pipelined_workloads() -> None:
+    # prefetch=auto: W3's drain (max_inflight 256) keeps 3 Receives ahead
+    # (3 x 256 + the batch in hand = its window of 1024);
+    # W1 and W4's consumer (max_inflight 1) none: ahead tripled W4's p99.
+    assert RaftQueueAdapter("pb_w3", max_inflight=256, consumer_window=1024).prefetch == 3
+    assert RaftQueueAdapter("pb_w4", max_inflight=1, consumer_window=1024).prefetch == 0
+    assert RaftQueueAdapter("pb_w4", max_inflight=1, prefetch="2").prefetch == 2
+    assert RaftQueueAdapter("pb_w3", max_inflight=256, prefetch="0").prefetch == 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +108,27 @@ def test_nack_with_release_undoes_the_lease(lingering: LocalCluster) -> None:
     assert [r.ok for r in client.ack("release", got)] == [False]
     again = client.receive("release", max_messages=1, consumer="worker")
     assert [(m.body, m.receive_count) for m in again] == [(b"m0", 1)]
+
+
+def test_two_receives_of_one_consumer_in_flight_leave_no_lingering_lease_behind(
+    lingering: LocalCluster,
+) -> None:
+    # A consumer receiving ahead (or threads sharing one client's consumer
+    # id) has two Receives in flight; each leaves a lingering lease. The one
+    # held first must be undone, not dropped: a dropped one still took the
+    # next message and held it, leased to nobody, for the 30 s visibility.
+    client = make_queue(lingering, "twice")
+    client.send("twice", b"m0")
+    assert len(client.receive("twice", max_messages=1, wait_ms=1000, consumer="c")) == 1
+    with ThreadPoolExecutor(2) as pool:  # back within the window, twice at once
+        polls = [pool.submit(client.receive, "twice", 1, None, 5000, "c") for _ in range(2)]
+        time.sleep(0.3)  # both standing
+        client.send_batch("twice", [b"m1", b"m2"])
+        got = [m for p in polls for m in p.result()]
+    assert sorted(m.body for m in got) == [b"m1", b"m2"]
+    client.send("twice", b"m3")  # leased to "c"'s lingering lease
+    t0 = time.monotonic()
+    late = client.receive("twice", max_messages=10, wait_ms=8000, consumer="other")
+    assert [m.body for m in late] == [b"m3"]
+    assert time.monotonic() - t0 < WINDOW_MS / 1000 + 2  # given back, not timed out (30 s)
+    assert late[0].receive_count == 1

@@ -129,9 +129,24 @@ class Lingering:
                 except errors.ResourceExhausted:
                     continue  # over a standing-poll bound: no lingering here
                 lin.stands.append((part, replica, request))
+        # Two Receives of one consumer in flight (a consumer receiving ahead,
+        # or threads sharing a client's consumer id): the other's linger,
+        # held meanwhile, is undone, not dropped; else its leases, once
+        # taken, stayed leased to nobody until their visibility ended.
+        self._drop(key, lin)
         if lin.stands:
             self._held[key] = lin
             lin.timer = loop.call_later(self.window_s, self._expire, key, lin)
+
+    def _drop(self, key: Key, keep: Linger) -> None:
+        """Undo the linger held for ``key``, unless it is ``keep``."""
+        held = self._held.get(key)
+        if held is None or held is keep:
+            return
+        del self._held[key]
+        if held.timer is not None:
+            held.timer.cancel()
+        self._undo(held.stands)
 
     def _expire(self, key: Key, lin: Linger) -> None:
         if self._held.get(key) is lin:
