@@ -20,7 +20,7 @@ from raft_queue.core.commands import (
 )
 from raft_queue.core.metadata import MetadataMachine
 from raft_queue.core.partition import PartitionMachine
-from raft_queue.manager import move_state, state
+from raft_queue.manager import move_state, placement, state
 from raft_queue.storage import MemoryStore
 from tests.unit.test_manager_state import CONFIG, machine_with
 from tests.unit.test_metadata_machine import create, machine_with_nodes
@@ -80,7 +80,7 @@ def test_fence_queue_marks_every_partition_sealed_and_survives_a_snapshot() -> N
 
 def placed(*clusters: str) -> state.ManagerMachine:
     m = machine_with(*clusters)
-    homes = state.plan_homes(m, 4, ("c1",))
+    homes = placement.plan_homes(m, 4, ("c1",))
     m.apply(state.PlaceQueue("orders", homes, dict(CONFIG), 1))
     return m
 
@@ -103,7 +103,7 @@ def test_bad_moves_name_the_field_and_write_nothing() -> None:
 
 def test_a_move_runs_through_its_phases_and_the_cut_over_switches_the_mapping() -> None:
     m = placed("c1", "c2")
-    m.apply(state.PlaceQueue("other", state.plan_homes(m, 1, ("c1",)), dict(CONFIG), 1))
+    m.apply(state.PlaceQueue("other", placement.plan_homes(m, 1, ("c1",)), dict(CONFIG), 1))
     move = m.apply(move_state.StartMove("orders", "c2", 5))
     assert (move.source, move.target, move.phase) == ("c1", "c2", "starting")
     with pytest.raises(errors.FailedPrecondition, match="a move is running"):
