@@ -75,6 +75,9 @@ class MoveWatch:
         self._seal = seal
         self._wall_ms = wall_ms or (lambda: int(time.time() * 1000))
         self.errors: dict[str, str] = {}  # queue -> the last step's failure
+        # The lease tail's clients, kept across its 0.5 s rounds (a client per
+        # round made two channels and a leader lookup every time).
+        self._kept: dict[str, tuple[tuple[Any, ...], Any]] = {}
 
     async def run_forever(self) -> None:
         while True:
@@ -126,6 +129,22 @@ class MoveWatch:
         token = self._seal.open(record.token, cluster)
         return cluster_client(record.bootstrap, token, CALL_TIMEOUT_S, retries=4)
 
+    def kept_client(self, cluster: str) -> Any:
+        """``client(cluster)``, kept for later rounds while the cluster's
+        record (addresses, token) stays the same; never closed by the caller."""
+        record = self._node.view.cluster(cluster)
+        if record is None:
+            raise errors.NotFound(f"cluster {cluster!r} is not registered")
+        key = (record.bootstrap, record.token)
+        kept = self._kept.get(cluster)
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        if kept is not None:
+            kept[1].close()
+        client = self.client(cluster)
+        self._kept[cluster] = (key, client)
+        return client
+
     def _check_leader(self) -> None:
         if not self._node.is_leader():
             raise NotLeaderAnyMore()
@@ -173,9 +192,9 @@ class MoveWatch:
             return copied, leases
 
     def _follow(self, move: move_state.QueueMove) -> Any:
-        with self.client(move.source) as src, self.client(move.target) as dst:
-            self._check_leader()
-            return carried_leases.follow(src, dst, move.queue, move.leases, self._wall_ms())
+        src, dst = self.kept_client(move.source), self.kept_client(move.target)
+        self._check_leader()
+        return carried_leases.follow(src, dst, move.queue, move.leases, self._wall_ms())
 
     def _fresh_target(self, dst: Any, queue: str, config: dict[str, Any]) -> None:
         """An empty target queue: a copy cut short before (this leader's or a
