@@ -40,6 +40,7 @@ from typing import Any
 import grpc
 
 from raft_queue._proto.raft_queue.v1 import queue_pb2
+from raft_queue.bench.measure import quantile
 
 _UNARY = "/floor.Echo/Unary"
 _STREAM = "/floor.Echo/Stream"
@@ -164,11 +165,6 @@ def bench_fdatasync(directory: str, n: int) -> list[float]:
         os.unlink(path)
 
 
-def _pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def run(rounds: int, n: int, directory: str, port: int) -> dict[str, dict[str, Any]]:
     server = start_server(port)
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
@@ -187,7 +183,7 @@ def run(rounds: int, n: int, directory: str, port: int) -> dict[str, dict[str, A
                     samples = bench_stream(channel, n)
                 else:
                     samples = bench_fdatasync(directory, n)
-                per_mode[mode].append((_pct(samples, 0.5), _pct(samples, 0.99)))
+                per_mode[mode].append((quantile(samples, 0.5), quantile(samples, 0.99)))
     finally:
         channel.close()
         server.kill()

@@ -35,6 +35,15 @@ def percentiles_ms(samples_ns: list[int]) -> dict[str, float]:
     return {"p50": at(50), "p99": at(99), "p99.9": at(99.9), "max": at(100), "n": len(v)}
 
 
+def quantile(samples: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``samples``, by rank ``int(q * n)`` (the
+    A/B tools' blocks of sends); NaN without samples."""
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def proc_cpu_s(pid: int) -> float:
     """utime + stime of every thread of ``pid`` in seconds (0 when it is gone)."""
     try:

@@ -25,14 +25,10 @@ import time
 from pathlib import Path
 
 from raft_queue.bench.cluster import bench_queue, local_cluster
+from raft_queue.bench.measure import quantile
 from raft_queue.client import Client
 
 QUEUE = "stream-ab"
-
-
-def _pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def _block(client: Client, n: int, body: bytes) -> list[float]:
@@ -73,10 +69,14 @@ def _alternate(clients: dict[str, Client], blocks: int, block: int) -> dict[str,
         for mode in order:
             got = _block(clients[mode], block, body)
             samples[mode] += got
-            p50s[mode] = _pct(got, 0.5)
+            p50s[mode] = quantile(got, 0.5)
         diffs.append(p50s["unary"] - p50s["stream"])
     out: dict[str, object] = {
-        mode: {"p50_ms": round(_pct(s, 0.5), 3), "p99_ms": round(_pct(s, 0.99), 3), "n": len(s)}
+        mode: {
+            "p50_ms": round(quantile(s, 0.5), 3),
+            "p99_ms": round(quantile(s, 0.99), 3),
+            "n": len(s),
+        }
         for mode, s in samples.items()
     }
     out["paired_p50_diff_ms"] = round(statistics.median(diffs), 3)

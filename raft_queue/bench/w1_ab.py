@@ -37,16 +37,12 @@ import time
 from pathlib import Path
 
 from raft_queue.bench.cluster import bench_queue, local_cluster
+from raft_queue.bench.measure import quantile
 from raft_queue.client import Client
 from raft_queue.observability.stagetrace import mark
 from raft_queue.testing.cluster import LocalCluster
 
 QUEUE = "w1-ab"
-
-
-def _pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def _block(client: Client, n: int, body: bytes) -> list[float]:
@@ -98,10 +94,14 @@ def _alternate(clients: dict[str, Client], blocks: int, block: int) -> dict[str,
         for value in order:
             got = _block(clients[value], block, body)
             samples[value] += got
-            p50s[value] = _pct(got, 0.5)
+            p50s[value] = quantile(got, 0.5)
         diffs.append(p50s[first] - p50s[second])
     out: dict[str, object] = {
-        v: {"p50_ms": round(_pct(s, 0.5), 3), "p99_ms": round(_pct(s, 0.99), 3), "n": len(s)}
+        v: {
+            "p50_ms": round(quantile(s, 0.5), 3),
+            "p99_ms": round(quantile(s, 0.99), 3),
+            "n": len(s),
+        }
         for v, s in samples.items()
     }
     out[f"paired_p50_diff_ms({first}-{second})"] = round(statistics.median(diffs), 3)
