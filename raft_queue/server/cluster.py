@@ -114,7 +114,9 @@ class Cluster:
                 raise errors.NotLeader(f"{queue}[{part}]: elected here meanwhile", address)
         return await self.peers.forward(address, method, request, self.timeout_s)
 
-    def split_receivable(self, q: Any) -> tuple[list[tuple[int, PartitionReplica]], list[str]]:
+    def split_receivable(
+        self, q: QueueRecord
+    ) -> tuple[list[tuple[int, PartitionReplica]], list[str]]:
         """``split_partitions`` over the partitions Receive may lease from: a
         FIFO queue's split children wait for their parents to drain
         (core/placement_keys.py, "Gating"). The gate is read from the current

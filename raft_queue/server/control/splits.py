@@ -35,12 +35,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raft_queue import errors
 from raft_queue.core import metadata as meta
 from raft_queue.core.placement import place_partitions
 from raft_queue.core.placement_keys import plan_splits, splits_for
+
+if TYPE_CHECKING:
+    from raft_queue.core.metadata_records import QueueRecord
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +128,6 @@ class SplitWatch:
             elif (q.name, r.partition) in empty:
                 await self._set(q, r.partition, "drained")
 
-    async def _set(self, q: Any, partition: int, state: str) -> None:
+    async def _set(self, q: QueueRecord, partition: int, state: str) -> None:
         log.info("queue %s: partition %d %s", q.name, partition, state)
         await self.node.submit_metadata(meta.SetPartitionState(q.name, q.uid, partition, state))

@@ -128,7 +128,9 @@ class Sender:
             await asyncio.gather(*sends)
         return results
 
-    async def _sealed_first(self, q: Any, sealed: list[int], request_id: bytes, one: Any) -> None:
+    async def _sealed_first(
+        self, q: QueueRecord, sealed: list[int], request_id: bytes, one: Any
+    ) -> None:
         """A split partition answers only the retry of an Append it stored
         before its seal (same request id: its first answer, as duplicates);
         anything else is PartitionSealed. They go first, so that a refusal
@@ -154,7 +156,7 @@ class Sender:
 
     async def _append(
         self,
-        q: Any,
+        q: QueueRecord,
         part: int,
         replica: Any,
         indexes: list[int],
@@ -182,7 +184,7 @@ class Sender:
 
     async def _forward(
         self,
-        q: Any,
+        q: QueueRecord,
         part: int,
         indexes: list[int],
         entries: Sequence[Any],

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raft_queue import errors
 from raft_queue.core.results import OK
@@ -24,6 +24,9 @@ from raft_queue.server.cluster import Cluster
 from raft_queue.server.dataplane.receipts import PartReceipts
 from raft_queue.server.dataplane.sending import now_ms
 from raft_queue.server.peers import RemoteError
+
+if TYPE_CHECKING:
+    from raft_queue.core.metadata_records import QueueRecord
 
 Results = Coroutine[Any, Any, list[Any]]
 
@@ -47,7 +50,7 @@ class Settler:
 
     def start(
         self,
-        q: Any,
+        q: QueueRecord,
         request: Any,
         by_part: dict[int, PartReceipts],
         forwarded: bool,
@@ -86,7 +89,13 @@ class Settler:
         return _gathered(waits, results, carried)
 
     async def _local(
-        self, q: Any, part: int, items: PartReceipts, fut: Any, method: str, results: list[Any]
+        self,
+        q: QueueRecord,
+        part: int,
+        items: PartReceipts,
+        fut: Any,
+        method: str,
+        results: list[Any],
     ) -> None:
         res = await asyncio.wrap_future(fut)
         if isinstance(res, BaseException):
@@ -97,7 +106,13 @@ class Settler:
             results[i] = outcome
 
     async def _forward(
-        self, q: Any, part: int, items: PartReceipts, request: Any, method: str, results: list[Any]
+        self,
+        q: QueueRecord,
+        part: int,
+        items: PartReceipts,
+        request: Any,
+        method: str,
+        results: list[Any],
     ) -> None:
         sub = type(request)()
         sub.CopyFrom(request)
