@@ -1,106 +1,37 @@
 """The metadata group: the cluster's manager (as Kafka's KRaft controller).
 
 Its state (``core.metadata.MetadataMachine``) is small and kept in memory;
-snapshots are its deterministic JSON. ``on_change`` is called on the driver
-thread after every applied entry so the node's reconciler can react at once.
+snapshots are its deterministic JSON (``state_group.py``). ``on_change`` is
+called on the driver thread after every applied entry so the node's
+reconciler can react at once.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Sequence
-from typing import Any, BinaryIO
+from typing import Any
 
 from raft_queue.core import metadata as meta
-from raft_queue.replication import snapshot
-from raft_queue.replication.group import ReplicatedGroup
-from raft_queue.replication.host import RaftHost
-from raft_queue.replication.raft import bind_address_for, make_conf
-
-_SEP = b"\n"
+from raft_queue.replication.state_group import StateGroup
 
 
-class MetadataReplica(ReplicatedGroup):
-    # Every node answers metadata reads from its own replica: followers learn
-    # each commit at once, not on the next AppendEntries (ticks.py).
-    commit_notify_s = 0.0
+class MetadataReplica(StateGroup):
+    KEY = "__metadata__"
+    machine: meta.MetadataMachine
 
-    def __init__(
-        self,
-        host: RaftHost,
-        self_address: str,
-        peers: Sequence[str],
-        data_dir: str,
-        election_timeout_s: tuple[float, float] = (1.0, 2.0),
-        heartbeat_s: float | None = None,
-        dial: Callable[[str], str | None] = lambda a: None,
-        on_change: Callable[[], None] = lambda: None,
-        bind_host: str | None = None,
-        link_key: bytes | None = None,
-    ) -> None:
-        os.makedirs(data_dir, mode=0o700, exist_ok=True)  # private: docs/security.md
-        self.machine = meta.MetadataMachine()
-        self._on_change = on_change
-        conf = make_conf(
-            journal_file=os.path.join(data_dir, "raft.journal"),
-            dump_file=os.path.join(data_dir, "raft.dump"),
-            election_timeout_min_s=election_timeout_s[0],
-            election_timeout_max_s=election_timeout_s[1],
-            heartbeat_s=heartbeat_s,
-            bind_address=bind_address_for(bind_host, self_address),
-            serializer=self._serialize,
-            deserializer=self._deserialize,
-            log_compaction_min_entries=2000,
-        )
-        super().__init__(
-            "__metadata__",
-            host,
-            self_address,
-            peers,
-            conf,
-            dial=dial,
-            link_key=link_key,
-            lease_quorum_s=election_timeout_s[0],
-        )
+    def load_machine(self, image: bytes | None) -> meta.MetadataMachine:
+        return meta.MetadataMachine() if image is None else meta.MetadataMachine.from_bytes(image)
 
-    def encode_batch(self, cmds: list[Any]) -> bytes:
-        return _SEP.join(meta.encode_meta(c) for c in cmds)
+    def encode_command(self, cmd: Any) -> bytes:
+        return meta.encode_meta(cmd)
 
-    def split_results(self, result: Any, count: int) -> list[Any]:
-        if isinstance(result, BaseException):
-            return [result] * count
-        return list(result)
+    def decode_command(self, raw: bytes) -> Any:
+        return meta.decode_meta(raw)
 
-    def apply_bytes(self, index: int, data: bytes) -> Any:
-        results: list[Any] = []
-        shred = False
-        for raw in data.split(_SEP):
-            try:
-                cmd = meta.decode_meta(raw)
-                results.append(self.machine.apply(cmd))
-                shred = shred or type(cmd) is meta.ShredKeys
-            except Exception as exc:  # deterministic on every replica
-                results.append(exc)
-        if shred:
+    def after_apply(self, applied: list[Any]) -> None:
+        if any(type(cmd) is meta.ShredKeys for cmd in applied):
             # Crypto-shredding: a deleted queue's wrapped data keys must leave
             # this replica's journal too, not only its state. ShredKeys follows
             # the DeleteQueue in an entry of its own; compaction keeps the entry
             # before the last (the DeleteQueue's) and drops all older ones, the
             # keys' among them. The snapshot is of the state without them.
             self.forceLogCompaction()
-        self._on_change()
-        return results
-
-    def _serialize(self, path: str, data: Any) -> None:
-        image = self.machine.to_bytes()
-
-        def write_image(f: BinaryIO) -> None:
-            f.write(image)
-
-        snapshot.write(path, data, write_image)
-
-    def _deserialize(self, path: str) -> Any:
-        meta_tuple, image_len = self.snapshot_meta(path)
-        self.machine = meta.MetadataMachine.from_bytes(snapshot.read_image(path, image_len))
-        self._on_change()
-        return meta_tuple
