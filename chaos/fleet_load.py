@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from chaos.consuming import consume_recorded
 from chaos.history import History
 
 
@@ -63,28 +64,9 @@ class Load:
         client.close()
 
     def _consume(self) -> None:
-        client, h, q = self.connect(), self.history, self.queue
-        process = h.new_process_id()
-        while not self.stop_receives.is_set():
-            op = h.invoke(process, "receive", queue=q)
-            try:
-                got = client.receive(q, max_messages=20, visibility_ms=5000, wait_ms=200)
-            except Exception as exc:
-                h.complete(op, "info", error=repr(exc))
-                process = h.new_process_id()
-                continue
-            value = [self.seen(m, client) for m in got]
-            h.complete(op, "ok", value)
-            if not got:
-                continue
-            op = h.invoke(process, "ack", value, queue=q)
-            try:
-                results = client.ack(q, got)
-            except Exception as exc:
-                h.complete(op, "info", error=repr(exc))
-                process = h.new_process_id()
-                continue
-            h.complete(op, "ok", [v for v, r in zip(value, results, strict=True) if r.ok])
+        client = self.connect()
+        consume_recorded(self.history, client, self.queue, self.stop_receives, 20,
+                         seen=lambda m: self.seen(m, client))  # fmt: skip
         client.close()
 
     def drain(self) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from chaos.consuming import consume_recorded
 from raft_queue import errors
 from raft_queue.cli.main import main
 from raft_queue.client import Client, OutgoingMessage
@@ -422,27 +423,7 @@ def _produce(history: Any, client: Any, queue: str, keys: list[str], stop: Any) 
 
 
 def _consume(history: Any, client: Any, queue: str, stop: Any) -> None:
-    process = history.new_process_id()
-    while not stop.is_set():
-        op = history.invoke(process, "receive", queue=queue)
-        try:
-            got = client.receive(queue, max_messages=10, visibility_ms=5000, wait_ms=200)
-        except Exception as exc:
-            history.complete(op, "info", error=repr(exc))
-            process = history.new_process_id()
-            continue
-        value = [{"partition": m.partition, "offset": m.offset, "payload": m.body.decode(),
-                  "key": m.key, "receipt": m.receipt} for m in got]  # fmt: skip
-        history.complete(op, "ok", value)
-        if got:
-            op = history.invoke(process, "ack", value, queue=queue)
-            try:
-                results = client.ack(queue, got)
-            except Exception as exc:
-                history.complete(op, "info", error=repr(exc))
-                process = history.new_process_id()
-                continue
-            history.complete(op, "ok", [v for v, r in zip(value, results, strict=True) if r.ok])
+    consume_recorded(history, client, queue, stop)
 
 
 def _payloads(history: Any, f: str) -> set[str]:

@@ -25,6 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 from chaos.checker import check
+from chaos.consuming import consume_recorded
 from chaos.history import History
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2, queue_pb2_grpc
@@ -162,28 +163,8 @@ class Load:
         client.close()
 
     def consume(self) -> None:
-        client, history = self.fleet.managed(), self.history
-        process = history.new_process_id()
-        while not self.stop_receives.is_set():
-            op = history.invoke(process, "receive", queue=self.queue)
-            try:
-                got = client.receive(self.queue, max_messages=50, visibility_ms=5000, wait_ms=200)
-            except Exception as exc:
-                history.complete(op, "info", error=repr(exc))
-                process = history.new_process_id()
-                continue
-            value = [_seen(m) for m in got]
-            history.complete(op, "ok", value)
-            if not got:
-                continue
-            op = history.invoke(process, "ack", value, queue=self.queue)
-            try:
-                results = client.ack(self.queue, got)
-            except Exception as exc:
-                history.complete(op, "info", error=repr(exc))
-                process = history.new_process_id()
-                continue
-            history.complete(op, "ok", [v for v, r in zip(value, results, strict=True) if r.ok])
+        client = self.fleet.managed()
+        consume_recorded(self.history, client, self.queue, self.stop_receives, 50, seen=_seen)
         client.close()
 
     def finish(self, timeout_s: float = 120.0) -> None:

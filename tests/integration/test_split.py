@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from chaos.checker import check
+from chaos.consuming import consume_recorded
 from chaos.history import History
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
@@ -63,34 +64,7 @@ def produce(history: History, client: Any, keys: list[str], stop: threading.Even
 
 def consume(history: History, client: Any, stop: threading.Event, f: str = "receive") -> int:
     """Receive and ack until ``stop``; how many were acked."""
-    process, acked = history.new_process_id(), 0
-    while not stop.is_set():
-        op = history.invoke(process, f, queue=QUEUE)
-        try:
-            got = client.receive(QUEUE, max_messages=10, visibility_ms=5000, wait_ms=200)
-        except Exception as exc:
-            history.complete(op, "info", error=repr(exc))
-            process = history.new_process_id()
-            continue
-        value = [
-            {"partition": m.partition, "offset": m.offset, "payload": m.body.decode(),
-             "key": m.key, "receipt": m.receipt}
-            for m in got
-        ]  # fmt: skip
-        history.complete(op, "ok", value)
-        if not got:
-            continue
-        op = history.invoke(process, "ack", value, queue=QUEUE)
-        try:
-            results = client.ack(QUEUE, got)
-        except Exception as exc:
-            history.complete(op, "info", error=repr(exc))
-            process = history.new_process_id()
-            continue
-        done = [v for v, r in zip(value, results, strict=True) if r.ok]
-        history.complete(op, "ok", done)
-        acked += len(done)
-    return acked
+    return consume_recorded(history, client, QUEUE, stop, f=f)
 
 
 def ranks(client: Any) -> tuple[dict[tuple[str, int], int], dict[int, Any]]:
