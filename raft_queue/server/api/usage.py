@@ -223,7 +223,10 @@ class UsageFlusher:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
-                if await self.flush():
+                # Bounded: a flush waits for a metadata commit, which never comes
+                # when the other nodes stopped first (a whole cluster stopping).
+                left = max(0.01, deadline - time.monotonic())
+                if await asyncio.wait_for(self.flush(), left):
                     return
             except Exception as exc:
                 log.debug("final usage flush failed: %s", exc)
