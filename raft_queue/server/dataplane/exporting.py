@@ -38,7 +38,8 @@ All are admin calls (core/access.py: methods it does not list need admin).
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2, queue_pb2
@@ -50,6 +51,9 @@ from raft_queue.core.validate import MAX_DELAY_MS
 from raft_queue.server.api import convert
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.dataplane import bounds
+
+if TYPE_CHECKING:
+    from raft_queue.core.metadata_records import QueueRecord
 
 MAX_EXPORT_MESSAGES = 10_000
 SETTLE_ACTIONS = ("ack", "nack", "visibility")
@@ -79,8 +83,7 @@ class Exporter:
         )
 
     async def export(self, request: Any, forwarded: bool) -> Any:
-        q = self.c.node.queue_spec(request.queue)
-        part = convert.check_range(request.partition, 0, q.spec.partitions - 1, "partition")
+        q, part = self._partition(request)
         max_n = convert.check_range(
             request.max_messages or 1000, 1, MAX_EXPORT_MESSAGES, "max_messages"
         )
@@ -119,8 +122,7 @@ class Exporter:
         )
 
     async def export_dedup(self, request: Any, forwarded: bool) -> Any:
-        q = self.c.node.queue_spec(request.queue)
-        part = convert.check_range(request.partition, 0, q.spec.partitions - 1, "partition")
+        q, part = self._partition(request)
         max_n = convert.check_range(request.max_entries or 1000, 1, MAX_SEED_ENTRIES, "max_entries")
         replica = self.c.local_leader(q.name, part, forwarded, reads=True)
         if replica is None:
@@ -136,42 +138,34 @@ class Exporter:
         )
 
     async def seed_dedup(self, request: Any, forwarded: bool) -> Any:
-        q = self.c.node.queue_spec(request.queue)
-        part = convert.check_range(request.partition, 0, q.spec.partitions - 1, "partition")
+        q, part = self._partition(request)
         entries = tuple(
             DedupEntry(e.dedup_id, e.request_id, e.timestamp_ms, tuple(e.offsets))
             for e in request.entries
         )
         command = SeedDedup(entries, int(time.time() * 1000))  # InvalidArgument names the field
-        replica = self.c.local_leader(q.name, part, forwarded)
-        if replica is None:
-            return await self.c.forward_to_leader(q.name, part, "SeedDedup", request)
-        seeded = await self.c.submit(replica, command)
-        return queue_pb2.SeedDedupResponse(seeded=int(seeded))
+        return await self._command(
+            q, part, forwarded, "SeedDedup", request, command,
+            lambda seeded: queue_pb2.SeedDedupResponse(seeded=int(seeded)),
+        )  # fmt: skip
 
     async def carry_leases(self, request: Any, forwarded: bool) -> Any:
-        q = self.c.node.queue_spec(request.queue)
-        part = convert.check_range(request.partition, 0, q.spec.partitions - 1, "partition")
+        q, part = self._partition(request)
         leases = tuple(
             CarriedLease(x.offset, x.deadline_ms, x.receive_count) for x in request.leases
         )
         command = CarryLeases(leases, int(time.time() * 1000))  # InvalidArgument names the field
-        replica = self.c.local_leader(q.name, part, forwarded)
-        if replica is None:
-            return await self.c.forward_to_leader(q.name, part, "CarryLeases", request)
-        carried = await self.c.submit(replica, command)
-        return queue_pb2.CarryLeasesResponse(carried=int(carried))
+        return await self._command(
+            q, part, forwarded, "CarryLeases", request, command,
+            lambda carried: queue_pb2.CarryLeasesResponse(carried=int(carried)),
+        )  # fmt: skip
 
     async def settle_carried(self, request: Any, forwarded: bool) -> Any:
-        q = self.c.node.queue_spec(request.queue)
-        part = convert.check_range(request.partition, 0, q.spec.partitions - 1, "partition")
+        q, part = self._partition(request)
         if not 0 < len(request.offsets) <= MAX_CARRIED:
             raise errors.InvalidArgument("offsets", f"1..{MAX_CARRIED} offsets")
         if request.action not in SETTLE_ACTIONS:
             raise errors.InvalidArgument("action", f"must be one of {SETTLE_ACTIONS}")
-        replica = self.c.local_leader(q.name, part, forwarded)
-        if replica is None:
-            return await self.c.forward_to_leader(q.name, part, "SettleCarried", request)
         now = int(time.time() * 1000)
         refs = receipt_runs(tuple(ReceiptRef(int(o), CARRIED_EPOCH) for o in request.offsets))
         wait = max(0, request.until_ms - now)
@@ -180,8 +174,32 @@ class Exporter:
             command = Nack(refs, min(wait, MAX_DELAY_MS), now)
         elif request.action == "visibility":
             command = ChangeVisibility(refs, min(wait, VISIBILITY_MAX_MS), now)
-        result = await self.c.submit(replica, command)
-        return queue_pb2.SettleCarriedResponse(outcomes=list(result.outcomes))
+        return await self._command(
+            q, part, forwarded, "SettleCarried", request, command,
+            lambda result: queue_pb2.SettleCarriedResponse(outcomes=list(result.outcomes)),
+        )  # fmt: skip
+
+    def _partition(self, request: Any) -> tuple[QueueRecord, int]:
+        """The queue and the checked partition a request names."""
+        q = self.c.node.queue_spec(request.queue)
+        return q, convert.check_range(request.partition, 0, q.spec.partitions - 1, "partition")
+
+    async def _command(
+        self,
+        q: QueueRecord,
+        part: int,
+        forwarded: bool,
+        method: str,
+        request: Any,
+        command: Any,
+        answer: Callable[[Any], Any],
+    ) -> Any:
+        """Commit ``command`` on the partition's leader here and answer its
+        result, or forward ``request`` to the leader and pass its answer on."""
+        replica = self.c.local_leader(q.name, part, forwarded)
+        if replica is None:
+            return await self.c.forward_to_leader(q.name, part, method, request)
+        return answer(await self.c.submit(replica, command))
 
 
 def _entry_pb(e: DedupEntry) -> Any:
