@@ -18,8 +18,11 @@ raft_queue.bench.stage_report DIR/<value>``. (The client's own marks need
 ``RAFTQ_STAGE_TRACE`` set before this module is imported; ``--trace`` sets
 it and re-executes.)
 
-Prints p50/p99 of each value over all its sends, and the median over blocks
-of (first value's block p50 - second's): the paired difference.
+Prints p50/p90/p99 and the share of sends over 3 ms of each value over all
+its sends, and the median over blocks of (first value's block p50 -
+second's): the paired difference; the same for the blocks' p95, the
+paired tail figure (a block's p99 is one or two sends). The slowest sends
+of a traced run: ``python -m raft_queue.bench.tail_report DIR/<value>``.
 """
 
 from __future__ import annotations
