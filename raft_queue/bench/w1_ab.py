@@ -18,8 +18,11 @@ raft_queue.bench.stage_report DIR/<value>``. (The client's own marks need
 ``RAFTQ_STAGE_TRACE`` set before this module is imported; ``--trace`` sets
 it and re-executes.)
 
-Prints p50/p99 of each value over all its sends, and the median over blocks
-of (first value's block p50 - second's): the paired difference.
+Prints p50/p90/p99 and the share of sends over 3 ms of each value over all
+its sends, and the median over blocks of (first value's block p50 -
+second's): the paired difference; the same for the blocks' p95, the
+paired tail figure (a block's p99 is one or two sends). The slowest sends
+of a traced run: ``python -m raft_queue.bench.tail_report DIR/<value>``.
 """
 
 from __future__ import annotations
@@ -87,24 +90,31 @@ def _alternate(clients: dict[str, Client], blocks: int, block: int) -> dict[str,
         _block(client, 200, body)  # warm: channels, the stream, leader caches
     samples: dict[str, list[float]] = {v: [] for v in clients}
     first, second = list(clients)
-    diffs = []
+    diffs, tail_diffs = [], []
     for k in range(blocks):
         order = [first, second] if k % 2 == 0 else [second, first]
-        p50s = {}
+        p50s, p95s = {}, {}
         for value in order:
             got = _block(clients[value], block, body)
             samples[value] += got
             p50s[value] = quantile(got, 0.5)
+            p95s[value] = quantile(got, 0.95)
         diffs.append(p50s[first] - p50s[second])
+        tail_diffs.append(p95s[first] - p95s[second])
     out: dict[str, object] = {
         v: {
             "p50_ms": round(quantile(s, 0.5), 3),
+            "p90_ms": round(quantile(s, 0.9), 3),
             "p99_ms": round(quantile(s, 0.99), 3),
+            "over_3ms": round(sum(1 for x in s if x > 3.0) / len(s), 4),
             "n": len(s),
         }
         for v, s in samples.items()
     }
     out[f"paired_p50_diff_ms({first}-{second})"] = round(statistics.median(diffs), 3)
+    # The tail, paired: a block's p99 is one or two sends, its p95 several.
+    out[f"paired_p95_diff_ms({first}-{second})"] = round(statistics.median(tail_diffs), 3)
+    out[f"blocks_{second}_p95_lower"] = sum(1 for d in tail_diffs if d > 0)
     out[f"blocks_{second}_faster"] = sum(1 for d in diffs if d > 0)
     out["blocks"] = blocks
     out["load_avg_1m"] = round(os.getloadavg()[0], 1)

@@ -45,6 +45,7 @@ from typing import Any, Protocol, TypeVar
 
 from pysyncobj.poller import POLL_EVENT_TYPE, Poller, createPoller
 
+from raft_queue.observability.stagetrace import TRACING, round_done
 from raft_queue.replication.heartbeats import Heartbeats
 from raft_queue.replication.syncs import SyncThreads
 
@@ -282,6 +283,9 @@ class RaftHost:
             except Exception:
                 log.exception("poll failed")
                 time.sleep(0.01)
+            if TRACING:  # stage traces only (a long round is marked below)
+                t0, calls, posted = time.monotonic_ns(), len(self._calls), len(self._posted)
+                inlined = self.syncer.inlined if self.syncer is not None else 0
             self._run_calls()
             self._run_posted()
             self._flush_only()
@@ -290,7 +294,11 @@ class RaftHost:
                 active, self._active = self._active, set()
             active |= beat
             due = self._pop_due(time.monotonic())
-            self._tick(active | self._still_due(due - active))
+            keys = active | self._still_due(due - active)
+            self._tick(keys)
+            if TRACING:
+                synced = (self.syncer.inlined if self.syncer is not None else 0) - inlined
+                round_done(t0, f"driver.c{calls}.p{posted}.t{len(keys)}.b{len(beat)}.i{synced}")
 
     def _poll_timeout(self) -> float:
         if self._active or self._calls or self._flush or self._posted:

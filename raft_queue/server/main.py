@@ -31,7 +31,7 @@ from raft_queue._proto.raft_queue.v1 import (
     queue_pb2,
     queue_pb2_grpc,
 )
-from raft_queue.observability import logs, memtrace
+from raft_queue.observability import logs, memtrace, stagetrace
 from raft_queue.observability.node import NodeObservability
 from raft_queue.security.files import private_files
 from raft_queue.security.keyring import load_key_provider
@@ -98,6 +98,7 @@ def tune_gc() -> None:
 
 async def serve(config: config_mod.NodeConfig) -> None:
     loop = asyncio.get_running_loop()
+    stagetrace.watch_loop()  # RAFTQ_STAGE_TRACE only: marks slow loop callbacks
     dial = _dial_from_env()
     secret = node_secret(config.security)
     if secret is None:
