@@ -24,7 +24,9 @@ $RAFTQ_TOKEN, else ``cluster_dir``/admin.token, which ``raftq dev up`` writes);
 ``ack``: ``background`` (default: ``client.ack(wait=False)``, the contract
 of the NATS and RabbitMQ adapters' ``msg.ack()`` / ``basic_ack``: the acks
 ride the next receive, or leave within 10 ms, or at close) or ``sync``
-(each consume waits for its ack's Raft commit, as before); ``prefetch``:
+(each consume waits for its ack's Raft commit, as before) or ``none``
+(a diagnostic, not a mode to publish: nothing is acked, so the run shows
+what the acks cost; W4's 15 s end before the visibility timeout); ``prefetch``:
 how many Receives are kept in flight ahead of the harness (0: none, ``auto``
 by default: 3 when the harness made this adapter with ``max_inflight`` > 1,
 its throughput workloads (W2, W3's drain), 0 when ``max_inflight`` is 1,
@@ -102,7 +104,7 @@ class RaftQueueAdapter:
         self._ahead: deque[Future[Received]] = deque()  # the Receives sent ahead, oldest first
         self._receiver: ThreadPoolExecutor | None = None
         self.ack_mode = str(opts.get("ack", "background"))
-        if self.ack_mode not in ("background", "sync"):
+        if self.ack_mode not in ("background", "sync", "none"):
             raise ValueError(f"ack must be background or sync, got {self.ack_mode!r}")
         # stream=0: unary Sends only (Client(send_stream=False)), to compare
         # against SendStream on one cluster in the same minutes.
@@ -152,7 +154,7 @@ class RaftQueueAdapter:
         """One Send RPC per MAX_BATCH chunk, up to ``threads`` chunks at a time."""
         client = self._c()
         if len(msgs) <= MAX_BATCH or self._pool is None:
-            _stage("p.send")
+            _stage(f"p.send/{len(msgs)}")  # bench/w4_messages.py counts messages
             client.send_batch(self.dest, msgs)
             _stage("p.sent")
             return
@@ -170,9 +172,10 @@ class RaftQueueAdapter:
             return self._consume_ahead(max_n, wait_ms)
         _stage("k.recv")
         batch = client.receive(self.dest, max_messages=max_n, wait_ms=wait_ms)
-        _stage("k.got" if batch else "k.none")
-        if batch:
+        _stage(f"k.got/{len(batch)}" if batch else "k.none")
+        if batch and self.ack_mode != "none":
             client.ack(self.dest, batch, wait=self.ack_mode == "sync")
+        _stage("k.ret")
         return [m.body for m in batch]
 
     def _consume_ahead(self, max_n: int, wait_ms: int) -> list[bytes]:

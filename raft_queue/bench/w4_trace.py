@@ -33,7 +33,8 @@ def _load(directory: str, window: tuple[int, int] | None = None) -> dict[str, Ev
     for path in glob.glob(os.path.join(directory, "*.trace")):
         pid = os.path.basename(path).split(".")[0]
         with open(path) as f:
-            rows = [(int(t), name) for t, name, _ in (line.split() for line in f)]
+            # "p.send/3": a mark with a count (bench/w4_messages.py)
+            rows = [(int(t), name.split("/")[0]) for t, name, _ in (ln.split() for ln in f)]
         if window is not None:
             rows = [r for r in rows if window[0] <= r[0] <= window[1]]
         out[pid] = sorted(rows)

@@ -101,6 +101,11 @@ class ReplicatedGroup(SafeSyncObj):
         self._host = host
         self._lock = threading.Lock()
         self._pending: list[Pending] = []
+        # Held commands (``submit(hold_s=...)``) wait in _pending for the
+        # next entry another command makes, until _hold_due at the latest;
+        # _plain counts the pending commands that are not held.
+        self._plain = 0
+        self._hold_due = 0.0
         self._inflight: dict[int, tuple[list[Future[Any]], float]] = {}
         self._seq = 0
         self.lease_quorum_s = lease_quorum_s
@@ -237,13 +242,22 @@ class ReplicatedGroup(SafeSyncObj):
 
     # ---- submission ------------------------------------------------------------------
     def submit(
-        self, command: Any, timeout_s: float = 10.0, level: str = "", wake: bool = True
+        self,
+        command: Any,
+        timeout_s: float = 10.0,
+        level: str = "",
+        wake: bool = True,
+        hold_s: float = 0.0,
     ) -> Future[Any]:
         """Queue ``command`` for this group (any thread). The future resolves to
         the state machine's result (``(result, level reached)`` with a
         ``level``, see the module doc) or raises a QueueError. ``wake=False``:
         the driver is not woken (waking it lets it tick at once, before a
-        command submitted right after could join the same entry); call ``wake``."""
+        command submitted right after could join the same entry); call ``wake``.
+        ``hold_s``: the command is not proposed on its own before ``hold_s``
+        passed; a command submitted meanwhile without it takes it along in its
+        entry (a background ack rides the next Append: no Raft round of its
+        own). The driver is not woken: call ``wake`` after ``hold_s``."""
         fut: Future[Any] = Future()
         if self._closed:
             reason = f"failed: {self.failed}" if self.failed else "stopped"
@@ -252,7 +266,14 @@ class ReplicatedGroup(SafeSyncObj):
         with self._lock:
             full = len(self._pending) >= self.max_pending
             if not full:
-                self._pending.append((command, fut, time.monotonic() + timeout_s, level))
+                now = time.monotonic()
+                self._pending.append((command, fut, now + timeout_s, level))
+                if hold_s > 0:
+                    due = now + hold_s
+                    self._hold_due = min(self._hold_due, due) if self._hold_due else due
+                    wake = False
+                else:
+                    self._plain += 1
         if full:  # backpressure: the caller retries later, nothing was queued
             metrics.count_rejection("limits")
             fut.set_exception(
@@ -275,10 +296,11 @@ class ReplicatedGroup(SafeSyncObj):
         entries."""
         if self._inflight or self._pending:
             self.reap(time.monotonic())
-        if not self._pending:
+        if not self._pending or self._holding(time.monotonic()):
             return
         with self._lock:
             pending, self._pending = self._pending, []
+            self._plain, self._hold_due = 0, 0.0
         _stage("s.driver")
         if not self._isLeader():
             err = errors.NotLeader(f"{self.key}: not the leader", self.leader_address())
@@ -288,6 +310,10 @@ class ReplicatedGroup(SafeSyncObj):
         pending.extend(self.riders(pending))
         for start in range(0, len(pending), MAX_COMMANDS_PER_ENTRY):
             self._propose(pending[start : start + MAX_COMMANDS_PER_ENTRY])
+
+    def _holding(self, now: float) -> bool:
+        """Only held commands are pending, and their time has not come."""
+        return self._plain == 0 and now < self._hold_due
 
     def _propose(self, chunk: list[Pending]) -> None:
         commands = [c for c, _, _, _ in chunk]
@@ -342,7 +368,7 @@ class ReplicatedGroup(SafeSyncObj):
         if self._inflight:
             due = min(due, min(d for _, d in self._inflight.values()))
         if self._pending:
-            due = now
+            due = min(due, self._hold_due) if self._holding(now) else now
         return due
 
     def reap(self, now: float) -> None:
@@ -371,6 +397,7 @@ class ReplicatedGroup(SafeSyncObj):
         self._inflight.clear()
         with self._lock:
             pending, self._pending = self._pending, []
+            self._plain, self._hold_due = 0, 0.0
         for _, fut, _, _ in pending:
             _fail(fut, exc)
 

@@ -195,12 +195,23 @@ class PartitionReplica(ReplicatedGroup):
         return commands.encode(commands.Batch(tuple(cmds)))
 
     def submit(
-        self, command: Any, timeout_s: float = 10.0, level: str = "", wake: bool = True
+        self,
+        command: Any,
+        timeout_s: float = 10.0,
+        level: str = "",
+        wake: bool = True,
+        hold_s: float = 0.0,
     ) -> Future[Any]:
         if type(command) is commands.Configure:  # every leader is configured first
             fifo = command.config.ordering == "fifo"
             self._ridden = _RIDDEN_FIFO if fifo else _RIDDEN
-        return super().submit(command, timeout_s, level, wake)
+        return super().submit(command, timeout_s, level, wake, hold_s)
+
+    def may_hold(self, command: Any) -> bool:
+        """Whether ``command`` may wait for the next entry (``submit(hold_s=)``):
+        not if it may make records visible (a FIFO queue's Ack frees its key:
+        held, the key's next record would wait for it)."""
+        return type(command) not in self._ridden
 
     def riders(self, pending: list[Pending]) -> list[Pending]:
         """The standing leases, if ``pending`` may make records visible: as

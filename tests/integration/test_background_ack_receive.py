@@ -159,3 +159,24 @@ def test_a_consume_loop_with_background_acks_keeps_fifo_key_order_and_loses_noth
             assert order == sorted(order), f"key {key} out of order: {order}"
         assert took < 30, f"the loop took {took:.1f} s: a lease waited out its timeout"
         wait_for(lambda: c.get_queue(queue).messages == 0, timeout_s=30)
+
+
+def test_a_carried_background_ack_with_nothing_after_it_still_applies(
+    cluster: LocalCluster,
+) -> None:
+    """A Receive's background acks wait for the partition's next entry to
+    ride in (settling.py, HOLD_S); with no entry after them (nothing to
+    lease, no producer) they are proposed alone when the hold ends, not
+    left until some other traffic comes."""
+    queue = "bghold"
+    with Client(cluster.bootstrap, token=cluster.token, timeout_s=20.0) as c:
+        c.create_queue(queue, partitions=1, replication_factor=3)
+        _leaders(c, queue)
+        c.send_batch(queue, [OutgoingMessage(b"only")])
+        got = c.receive(queue, max_messages=1, wait_ms=2000, consumer="hold")
+        assert [m.body for m in got] == [b"only"]
+        c.ack(queue, got, wait=False)
+        t0 = time.monotonic()
+        assert c.receive(queue, max_messages=1, wait_ms=0, consumer="hold") == []
+        wait_for(lambda: c.get_queue(queue).messages == 0, timeout_s=10)
+        assert time.monotonic() - t0 < 2.0, "the held ack waited for other traffic"

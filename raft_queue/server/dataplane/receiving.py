@@ -443,7 +443,10 @@ class Receiver:
             return None
         acks = queue_pb2.AckRequest(queue=q.name, receipts=request.ack, failures_only=True)
         by_part = self.c.receipts.parse(q.name, acks.receipts, q.uid, q.spec.partitions, "ack")
-        pending = self.settler.start(q, acks, by_part, forwarded, cmd.Ack, "Ack", carried=True)
+        background = request.ack_background
+        pending = self.settler.start(
+            q, acks, by_part, forwarded, cmd.Ack, "Ack", carried=True, background=background
+        )
         if not request.ack_background:
             # The answer waits for the Ack's commit anyway: a Lease in its
             # entry costs no round. Background acks are not waited for, so

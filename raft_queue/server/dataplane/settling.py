@@ -14,6 +14,7 @@ did, the two entries would still be proposed back to back.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,15 @@ if TYPE_CHECKING:
     from raft_queue.core.metadata_records import QueueRecord
 
 Results = Coroutine[Any, Any, list[Any]]
+
+# Background acks a Receive carries (``ack_background``: nobody waits for
+# them) are held this long for the next entry of their partition (the next
+# Append, or a Lease), which takes them along: no Raft round of their own
+# (docs/benchmarks.md, "W4: where a message's milliseconds go"). Then they
+# are proposed alone. Not on a FIFO queue (an Ack frees its key: held, the
+# key's next record would wait). RAFTQ_ACK_HOLD_MS=0 in a node's environment:
+# proposed at once (the A/B switch).
+HOLD_S = max(0, int(os.environ.get("RAFTQ_ACK_HOLD_MS", "5"))) / 1000
 
 
 class Settler:
@@ -57,6 +67,7 @@ class Settler:
         make: Callable[..., Any],
         method: str,
         carried: bool = False,
+        background: bool = False,
     ) -> Results:
         """Submit the command of every partition led here NOW; the returned
         coroutine forwards the rest and gives one result per receipt. Await
@@ -67,7 +78,9 @@ class Settler:
         leased by then and must still reach the consumer). A carried call
         also wakes the driver only once the caller's task yields, so a Lease
         it submits before that joins the Ack's entry (waking the driver
-        releases the GIL in a write, and the driver would tick at once)."""
+        releases the GIL in a write, and the driver would tick at once).
+        ``background`` (carried acks nobody waits for): held for the next
+        entry, up to HOLD_S (``HOLD_S`` above)."""
         results: list[Any] = [None] * len(request.receipts)
         waits: list[Coroutine[Any, Any, None]] = []
         try:
@@ -78,8 +91,11 @@ class Settler:
                     continue
                 self.c.node.ensure_configured(replica)
                 command = make(items.runs(), now_ms())
-                fut = replica.submit(command, self.c.timeout_s, wake=not carried)
-                if carried:  # woken once this task yields: its Lease joins the entry
+                hold = HOLD_S if background and replica.may_hold(command) else 0.0
+                fut = replica.submit(command, self.c.timeout_s, wake=not carried, hold_s=hold)
+                if hold:  # proposed by then, if no other entry took it along
+                    asyncio.get_running_loop().call_later(hold, replica.wake)
+                elif carried:  # woken once this task yields: its Lease joins the entry
                     asyncio.get_running_loop().call_soon(replica.wake)
                 waits.append(self._local(q, part, items, fut, method, results))
         except BaseException:
