@@ -166,7 +166,8 @@ def _forged(receipt: str, field: int, value: str) -> str:
 
 def test_forged_receipts_are_refused_and_change_nothing(secured: LocalCluster) -> None:
     with secured.client() as client:
-        client.create_queue("rcpt", partitions=2)
+        # Retention by time: acked records stay for the history reads after the acks.
+        client.create_queue("rcpt", partitions=2, retention_ms=3_600_000)
         for i in range(5):  # all on partition 0: a forged partition must differ
             client.send("rcpt", b"m%d" % i, partition=0)
         mine = client.receive("rcpt", 2, visibility_ms=120_000, consumer="a")
