@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 
 PIN_TIMEOUT_S = 5.0  # the driver waits this long for the copy's read transaction
 CLOSE_WAIT_S = 60.0  # a group closing waits this long for its snapshot being written
+LOG_OVER_S = 0.1  # a snapshot that took longer is logged at INFO (else DEBUG)
 _RUNNING = -3  # Serializer.__pid while the thread writes (pysyncobj uses 0, >0, -1, -2)
 
 _lock = threading.Lock()
@@ -102,6 +104,7 @@ class BackgroundSerializer(Serializer):
     def _write(self, job: _Job, data: Any) -> None:
         """The off-driver thread: copy the pinned state, then rename."""
         tmp = self._name() + ".tmp"
+        start = time.monotonic()
         with self._pin():
             with job.lock:
                 if job.abandoned:  # the driver moved on: the state is not the one named
@@ -109,6 +112,11 @@ class BackgroundSerializer(Serializer):
                 job.pinned.set()
             self._Serializer__serializer(tmp, data[1:])
         atomicReplace(tmp, self._name())
+        took = time.monotonic() - start
+        log.log(
+            logging.INFO if took >= LOG_OVER_S else logging.DEBUG,
+            "snapshot %s written in %.0f ms, off the driver", self._name(), took * 1e3,
+        )  # fmt: skip
 
     def checkSerializing(self) -> tuple[int, Any]:  # noqa: N802 (pysyncobj's name)
         job = self._job
