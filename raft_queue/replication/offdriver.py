@@ -10,11 +10,13 @@ records (W2's queue) that was 377 ms and then 277 ms on the driver: every
 group of the node stalled (W4's ~270 ms producer stall, issue 17;
 docs/benchmarks.md, "W4's producer stall").
 
-Here that work runs on one thread of the process (``raft-offdriver``; one,
-so snapshots of several groups do not compete for the disk at once):
+Here that work runs off the driver:
 
 - ``BackgroundSerializer``: pysyncobj's Serializer whose snapshot file is
-  written on that thread. The image stays exactly the state pysyncobj names
+  written on a ``raft-snapshot`` thread of its own (one file written at a
+  time per process, so snapshots of several groups do not compete for the
+  disk; pinning never waits for another's). The image stays exactly the
+  state pysyncobj names
   in the snapshot (its last applied entry): the driver waits until the
   thread has begun the LMDB read transaction the copy is taken from (``pin``,
   microseconds; applies run only on the driver, so none slips in between).
@@ -22,7 +24,8 @@ so snapshots of several groups do not compete for the disk at once):
   journal only once the file is durable and renamed, as before; while the
   file is being written no snapshot is sent to a lagging follower
   (``getTransmissionData`` waits for the state to settle, as with a fork).
-- ``close_later``: closing a replaced journal file.
+- ``close_later``: closing a replaced journal file, on one
+  ``raft-offdriver`` thread.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ LOG_OVER_S = 0.1  # a snapshot that took longer is logged at INFO (else DEBUG)
 _RUNNING = -3  # Serializer.__pid while the thread writes (pysyncobj uses 0, >0, -1, -2)
 
 _lock = threading.Lock()
+_writing = threading.Lock()  # held while a snapshot file is written
 _executor: ThreadPoolExecutor | None = None
 
 
@@ -72,6 +76,13 @@ def close_later(fn: Callable[[], None]) -> None:
     submit(run)
 
 
+def _run_into(future: Future[Any], fn: Callable[[], Any]) -> None:
+    try:
+        future.set_result(fn())
+    except BaseException as exc:  # handed to checkSerializing through the future
+        future.set_exception(exc)
+
+
 class _Job:
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -94,7 +105,13 @@ class BackgroundSerializer(Serializer):
         self._Serializer__currentID = id
         self._Serializer__pid = _RUNNING
         job = self._job = _Job()
-        job.future = submit(lambda: self._write(job, data))
+        job.future = Future()
+        # A thread of its own, so that pinning never waits for another
+        # group's snapshot; the writes themselves go one at a time (_writing).
+        threading.Thread(
+            target=_run_into, args=(job.future, lambda: self._write(job, data)),
+            name="raft-snapshot", daemon=True,
+        ).start()  # fmt: skip
         if not job.pinned.wait(PIN_TIMEOUT_S):
             with job.lock:
                 job.abandoned = not job.pinned.is_set()
@@ -110,7 +127,8 @@ class BackgroundSerializer(Serializer):
                 if job.abandoned:  # the driver moved on: the state is not the one named
                     raise RuntimeError("snapshot abandoned")
                 job.pinned.set()
-            self._Serializer__serializer(tmp, data[1:])
+            with _writing:  # one snapshot written at a time per process
+                self._Serializer__serializer(tmp, data[1:])
         atomicReplace(tmp, self._name())
         took = time.monotonic() - start
         log.log(

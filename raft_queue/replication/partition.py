@@ -382,7 +382,7 @@ class PartitionReplica(ReplicatedGroup):
         with self._reading() as txn:
             return self.machine.digest(txn)
 
-    # ---- snapshots (driver thread, called by pysyncobj) -----------------------------------
+    # ---- snapshots (called by pysyncobj; written off the driver, offdriver.py) ------------
     @contextmanager
     def _pin_image(self) -> Iterator[None]:
         """Off-driver thread, while the driver waits: the image ``_serialize``

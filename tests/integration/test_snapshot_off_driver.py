@@ -79,12 +79,20 @@ def test_a_snapshot_being_written_does_not_stop_the_other_groups(
         # and the snapshotting group itself, meanwhile.
         send(other, b"other-", 5)
         send(big, b"after-", 3)
+        # Another group's snapshot is pinned at once, not after this one.
+        host.call(other.forceLogCompaction)
+        wait_for(lambda: other._snapshots._job is not None, 10)
+        job = other._snapshots._job
+        assert job is not None and job.pinned.wait(10), "pinning waited for another snapshot"
+        send(other, b"other-after-", 2)
         assert not release.is_set()
         release.set()
         dump = os.path.join(big.data_dir, "raft.dump")
         wait_for(lambda: os.path.exists(dump), 20)
         wait_for(lambda: big._SyncObj__raftLog[0][1] >= named - 1, 20)  # journal compacted
         wait_for(lambda: "close" in seen, 20)
+        other_dump = os.path.join(other.data_dir, "raft.dump")
+        wait_for(lambda: os.path.exists(other_dump), 20)
         assert seen["write"] != "raft-driver"
         assert seen["close"] != "raft-driver"
         (last, _prev, _cluster), image_len = snapshot.read_meta(dump)
