@@ -88,6 +88,7 @@ class _Job:
         self.lock = threading.Lock()
         self.pinned = threading.Event()
         self.abandoned = False
+        self.cancelled = False  # the group closed: not written if not begun
         self.future: Future[Any] | None = None
 
 
@@ -128,6 +129,8 @@ class BackgroundSerializer(Serializer):
                     raise RuntimeError("snapshot abandoned")
                 job.pinned.set()
             with _writing:  # one snapshot written at a time per process
+                if job.cancelled:  # its group closed while it waited its turn
+                    raise RuntimeError("snapshot cancelled")
                 self._Serializer__serializer(tmp, data[1:])
         atomicReplace(tmp, self._name())
         took = time.monotonic() - start
@@ -156,6 +159,7 @@ class BackgroundSerializer(Serializer):
         job = self._job
         if job is None or job.future is None:
             return
+        job.cancelled = True  # a write waiting its turn is dropped; one begun ends
         with job.lock:
             job.abandoned = job.abandoned or not job.pinned.is_set()
         # A failed or abandoned snapshot is only not there.
