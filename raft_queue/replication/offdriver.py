@@ -46,6 +46,7 @@ from pysyncobj.serializer import Serializer
 log = logging.getLogger(__name__)
 
 PIN_TIMEOUT_S = 5.0  # the driver waits this long for the copy's read transaction
+TURN_POLL_S = 0.05  # a snapshot waiting for its turn checks this often for a close
 CLOSE_WAIT_S = 60.0  # a group closing waits this long for its snapshot being written
 LOG_OVER_S = 0.1  # a snapshot that took longer is logged at INFO (else DEBUG)
 _RUNNING = -3  # Serializer.__pid while the thread writes (pysyncobj uses 0, >0, -1, -2)
@@ -81,6 +82,16 @@ def _run_into(future: Future[Any], fn: Callable[[], Any]) -> None:
         future.set_result(fn())
     except BaseException as exc:  # handed to checkSerializing through the future
         future.set_exception(exc)
+
+
+def _take_turn(job: _Job) -> None:
+    """Wait for ``_writing``; raise if the job's group closes meanwhile."""
+    while not _writing.acquire(timeout=TURN_POLL_S):
+        if job.cancelled:
+            raise RuntimeError("snapshot cancelled: its group closed")
+    if job.cancelled:
+        _writing.release()
+        raise RuntimeError("snapshot cancelled: its group closed")
 
 
 class _Job:
@@ -128,10 +139,11 @@ class BackgroundSerializer(Serializer):
                 if job.abandoned:  # the driver moved on: the state is not the one named
                     raise RuntimeError("snapshot abandoned")
                 job.pinned.set()
-            with _writing:  # one snapshot written at a time per process
-                if job.cancelled:  # its group closed while it waited its turn
-                    raise RuntimeError("snapshot cancelled")
+            _take_turn(job)  # one snapshot written at a time per process
+            try:
                 self._Serializer__serializer(tmp, data[1:])
+            finally:
+                _writing.release()
         atomicReplace(tmp, self._name())
         took = time.monotonic() - start
         log.log(
