@@ -47,11 +47,19 @@ class _GcTimer:
             )  # fmt: skip
 
 
-def _watch(host: Any, limit_s: float) -> None:
+def _watch(host: Any, limit_s: float, timer: _GcTimer) -> None:
+    """Until the host stops (its ``_stop`` event)."""
+    try:
+        _watch_loop(host, limit_s)
+    finally:
+        gc.callbacks.remove(timer)
+
+
+def _watch_loop(host: Any, limit_s: float) -> None:
     poller = host.poller
     reported = 0.0  # the busy_since already reported
     last = time.monotonic()
-    while True:
+    while not host._stop.is_set():
         time.sleep(SLEEP_S)
         now = time.monotonic()
         if now - last - SLEEP_S >= limit_s:
@@ -78,6 +86,8 @@ def start_from_env(host: Any) -> None:
     if not raw:
         return
     limit_s = float(raw) / 1e3
-    gc.callbacks.append(_GcTimer(limit_s))
-    threading.Thread(target=_watch, args=(host, limit_s), name="stallwatch", daemon=True).start()
+    timer = _GcTimer(limit_s)
+    gc.callbacks.append(timer)
+    args = (host, limit_s, timer)
+    threading.Thread(target=_watch, args=args, name="stallwatch", daemon=True).start()
     log.warning("stallwatch on: stalls over %.0f ms are logged", limit_s * 1e3)
