@@ -5,8 +5,8 @@ does in its tick, every other group waits for. A partition's snapshot (log
 compaction, every ``log_compaction_min_time_s`` = 300 s or
 ``log_compaction_min_entries``) copies its whole LMDB, reads the copy back
 for its CRC and fsyncs it, and the journal compaction after it closes the
-old journal, whose blocks ext4 frees on that last close. With 1.2 million
-records (W2's queue) that was 377 ms and then 277 ms on the driver: every
+old journal, whose blocks ext4 frees on that last close. With 1.2-1.8 million
+records (W2's queue) that was 377-683 ms, then 202-277 ms, on the driver: every
 group of the node stalled (W4's ~270 ms producer stall, issue 17;
 docs/benchmarks.md, "W4's producer stall").
 

@@ -3,8 +3,8 @@
 One driver thread runs every group of a node. Log compaction wrote a
 partition's snapshot (a copy of its whole LMDB, read back for its CRC,
 fsynced) in the group's tick, and then closed the replaced journal there:
-with W2's 1.2 million records that stalled every group of the node for
-377 ms and then 277 ms (W4's producer stall, docs/benchmarks.md, "W4's
+with W2's 1.2-1.8 million records that stalled every group of the node for
+377-683 ms and then 202-277 ms (W4's producer stall, docs/benchmarks.md, "W4's
 producer stall"). Here the snapshot write is held (an Event) until the test
 lets it go: another group of the same host must keep committing meanwhile,
 and the image written must still be the state the snapshot names, not the
