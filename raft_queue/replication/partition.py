@@ -34,7 +34,7 @@ from raft_queue import errors
 from raft_queue.core import codec, commands
 from raft_queue.core.partition import PartitionMachine
 from raft_queue.observability.stagetrace import mark as _stage
-from raft_queue.replication import offdriver, snapshot
+from raft_queue.replication import offdriver, snapshot, writeout
 from raft_queue.replication.diskfiles import drop_page_cache
 from raft_queue.replication.group import MAX_COMMANDS_PER_ENTRY, Pending, ReplicatedGroup
 from raft_queue.replication.host import RaftHost
@@ -187,6 +187,8 @@ class PartitionReplica(ReplicatedGroup):
             low, high = election_timeout_s
             first = low / 4 if preferred else high + random.uniform(low, high)
             self._SyncObj__raftElectionDeadline = monotonic_time() + first
+        self._data_file = os.path.join(data_dir, "lmdb", "data.mdb")
+        writeout.register(self._data_file)  # steadily, not all at once later (writeout.py)
         # Snapshots are written off the driver thread (offdriver.py, issue 17).
         self._image: Callable[[BinaryIO], None] | None = None  # the pinned image's writer
         self._snapshots = offdriver.write_snapshots_off_driver(
@@ -423,4 +425,5 @@ class PartitionReplica(ReplicatedGroup):
     def close(self) -> None:
         super().close()
         self._snapshots.wait_written()  # before the store closes and the files go
+        writeout.unregister(self._data_file)
         self.store.close()
