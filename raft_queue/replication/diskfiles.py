@@ -9,10 +9,43 @@ page cache may hold data the disk never got).
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
+from collections.abc import Callable
 
 from pysyncobj.journal import ResizableFile
+
+SYNC_SLICE_BYTES = 8 << 20
+_SYNC_RANGE_ALL = 1 | 2 | 4  # SYNC_FILE_RANGE_WAIT_BEFORE | WRITE | WAIT_AFTER
+
+
+def _sync_file_range() -> Callable[..., int] | None:
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):  # not Linux
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_SYNC_RANGE = _sync_file_range()
+
+
+def write_out_in_slices(fd: int, length: int, slice_bytes: int = SYNC_SLICE_BYTES) -> None:
+    """Write ``fd``'s first ``length`` dirty bytes to the disk ``slice_bytes``
+    at a time, each slice waited for (Linux ``sync_file_range``; elsewhere
+    nothing), before the caller's fsync. A big snapshot fsynced at once put
+    170 MB in the disk's queue, and every journal fdatasync of the node
+    waited behind it (75-125 ms, issue 17): one slice at a time, a journal
+    sync waits for at most one slice. Not durability: the fsync that follows is."""
+    fn = _SYNC_RANGE
+    if fn is None:
+        return
+    for offset in range(0, length, slice_bytes):
+        if fn(fd, offset, min(slice_bytes, length - offset), _SYNC_RANGE_ALL) != 0:
+            return  # the fsync after it writes (and reports) what is left
 
 
 def drop_page_cache(path: str) -> None:

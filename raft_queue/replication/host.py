@@ -81,6 +81,9 @@ class EpollPoller(Poller):
         self._epoll = select.epoll()
         self._callbacks: dict[int, Callable[[int, int], None]] = {}
         self._registered: set[int] = set()
+        # monotonic time the driver left its last epoll wait (0.0 while it
+        # waits): observability/stallwatch.py reads it to see a busy driver.
+        self.busy_since = 0.0
 
     def subscribe(self, descr: int, callback: Callable[[int, int], None], eventMask: int) -> None:  # noqa: N803
         mask = 0
@@ -110,7 +113,9 @@ class EpollPoller(Poller):
                 self._epoll.unregister(descr)
 
     def poll(self, timeout: float) -> None:
+        self.busy_since = 0.0
         events = self._epoll.poll(timeout, 1024)
+        self.busy_since = time.monotonic()
         for descr, event in events:
             mask = 0
             if event & select.EPOLLIN:

@@ -17,12 +17,14 @@ import shutil
 import struct
 import time
 import zlib
+from functools import partial
 from typing import Any
 
 from pysyncobj import journal as journal_format
 from pysyncobj.journal import FileJournal, MetaStorer
 
 from raft_queue.observability.metrics import NULL_PROBE
+from raft_queue.replication import offdriver
 from raft_queue.replication.diskfiles import PreallocatedFile
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,15 @@ def fsync_dir(path: str) -> None:
     fd = os.open(path or ".", os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _close_replaced(old: Any, fd: int) -> None:
+    """Close a journal file replaced by compaction (its map, file and our descriptor)."""
+    try:
+        old._ResizableFile__mm.close()
+        old._ResizableFile__f.close()
     finally:
         os.close(fd)
 
@@ -234,16 +245,17 @@ class SyncedJournal:
         tmp = f"{self._path}.compact"
         end = _write_journal(tmp, keep, self._enabled)
         old = inner._FileJournal__journalFile
-        old._ResizableFile__mm.close()  # not _destroy(): that msyncs the old file
-        old._ResizableFile__f.close()
         os.replace(tmp, self._path)
         if self._enabled:
             fsync_dir(os.path.dirname(self._path))
         inner._FileJournal__journalFile = PreallocatedFile(self._path)
         inner._FileJournal__journal = keep
         inner._FileJournal__currentOffset = end
-        os.close(self._fd)
-        self._fd = os.open(self._path, os.O_RDONLY)
+        old_fd, self._fd = self._fd, os.open(self._path, os.O_RDONLY)
+        # The old file's last close frees its blocks (a big journal: 100+ ms
+        # in ext4): off the driver thread (offdriver.py, issue 17). Its map
+        # is closed, not _destroy()ed: that would msync the old file.
+        offdriver.close_later(partial(_close_replaced, old, old_fd))
         self.written += 1  # a sync (and POWERLOSS_COPY) sees the new file
 
     def onOneSecondTimer(self) -> None:  # noqa: N802

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import ExitStack, contextmanager
-from typing import Any
+from typing import Any, BinaryIO
 
 from pysyncobj.monotonic import monotonic as monotonic_time
 
@@ -34,7 +34,7 @@ from raft_queue import errors
 from raft_queue.core import codec, commands
 from raft_queue.core.partition import PartitionMachine
 from raft_queue.observability.stagetrace import mark as _stage
-from raft_queue.replication import snapshot
+from raft_queue.replication import offdriver, snapshot, writeout
 from raft_queue.replication.diskfiles import drop_page_cache
 from raft_queue.replication.group import MAX_COMMANDS_PER_ENTRY, Pending, ReplicatedGroup
 from raft_queue.replication.host import RaftHost
@@ -187,6 +187,13 @@ class PartitionReplica(ReplicatedGroup):
             low, high = election_timeout_s
             first = low / 4 if preferred else high + random.uniform(low, high)
             self._SyncObj__raftElectionDeadline = monotonic_time() + first
+        self._data_file = os.path.join(data_dir, "lmdb", "data.mdb")
+        writeout.register(self._data_file)  # steadily, not all at once later (writeout.py)
+        # Snapshots are written off the driver thread (offdriver.py, issue 17).
+        self._image: Callable[[BinaryIO], None] | None = None  # the pinned image's writer
+        self._snapshots = offdriver.write_snapshots_off_driver(
+            self._SyncObj__serializer, self._pin_image
+        )
 
     # ---- state machine --------------------------------------------------------------
     def encode_batch(self, cmds: list[Any]) -> bytes:
@@ -388,10 +395,22 @@ class PartitionReplica(ReplicatedGroup):
         with self._reading() as txn:
             return self.machine.digest(txn)
 
-    # ---- snapshots (driver thread, called by pysyncobj) -----------------------------------
+    # ---- snapshots (called by pysyncobj; written off the driver, offdriver.py) ------------
+    @contextmanager
+    def _pin_image(self) -> Iterator[None]:
+        """Off-driver thread, while the driver waits: the image ``_serialize``
+        writes is the state as of now (pysyncobj's last applied entry)."""
+        with self.store.pinned_image() as write_image:
+            self._image = write_image
+            try:
+                yield
+            finally:
+                self._image = None
+
     def _serialize(self, path: str, data: Any) -> None:
+        """The off-driver thread (offdriver.py), inside ``_pin_image``."""
         self.store.sync()
-        snapshot.write(path, data, self.store.snapshot_to)
+        snapshot.write(path, data, self._image or self.store.snapshot_to)
 
     def _deserialize(self, path: str) -> Any:
         meta, image_len = self.snapshot_meta(path)
@@ -416,4 +435,6 @@ class PartitionReplica(ReplicatedGroup):
 
     def close(self) -> None:
         super().close()
+        self._snapshots.wait_written()  # before the store closes and the files go
+        writeout.unregister(self._data_file)
         self.store.close()

@@ -19,6 +19,8 @@ import zlib
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+from raft_queue.replication.diskfiles import write_out_in_slices
+
 _TRAILER = struct.Struct("<Q")
 _CHUNK = 1 << 20
 
@@ -64,6 +66,7 @@ def write(path: str, data: Any, write_image: Callable[[BinaryIO], None]) -> None
         meta = encode_meta(data, image_len, crc)
         f.write(meta + _TRAILER.pack(len(meta)))
         f.flush()
+        write_out_in_slices(f.fileno(), f.tell())  # not all at once (diskfiles.py)
         os.fsync(f.fileno())
 
 

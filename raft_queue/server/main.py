@@ -31,7 +31,7 @@ from raft_queue._proto.raft_queue.v1 import (
     queue_pb2,
     queue_pb2_grpc,
 )
-from raft_queue.observability import logs, memtrace, stagetrace
+from raft_queue.observability import logs, memtrace, stagetrace, stallwatch
 from raft_queue.observability.node import NodeObservability
 from raft_queue.security.files import private_files
 from raft_queue.security.keyring import load_key_provider
@@ -158,6 +158,7 @@ async def serve(config: config_mod.NodeConfig) -> None:
     tasks.append(asyncio.create_task(follow_metadata(cluster)))
     tune_gc()
     memtrace.start_from_env()  # RAFTQ_TRACEMALLOC=<s>: a debug switch, off by default
+    stallwatch.start_from_env(node.host)  # RAFTQ_STALL_WATCH=<ms>: a debug switch, off by default
     secure = " (TLS)" if tls.enabled else ""
     log.info("node %s serving gRPC%s on %s", node.id, secure, node.address)
     page = f"; status page http://{observe.address}/" if observe.address else ""

@@ -415,6 +415,26 @@ class LmdbStore:
         with self._gate.shared(), _LMDB_ERRORS:
             self._env.copyfd(fileobj.fileno(), compact=True)
 
+    @contextmanager
+    def pinned_image(self) -> Iterator[Callable[[BinaryIO], None]]:
+        """The state as of entry, to write later: yields ``write_image(fileobj)``
+        (as ``snapshot_to``) copying from a read transaction begun on entry
+        and held until exit (any thread; replication/offdriver.py)."""
+        self._check_open()
+        with self._gate.shared():
+            with _LMDB_ERRORS:
+                raw = self._env.begin(buffers=False)
+            try:
+
+                def write_image(fileobj: BinaryIO) -> None:
+                    fileobj.flush()
+                    with _LMDB_ERRORS:
+                        self._env.copyfd(fileobj.fileno(), compact=True, txn=raw)
+
+                yield write_image
+            finally:
+                raw.abort()
+
     def restore_from(self, path: StrPath) -> None:
         """Stage the image in ``<path>.restore``, check it, fsync, then swap
         directories and reopen. A crash mid-swap is repaired at next open.
