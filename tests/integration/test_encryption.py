@@ -155,6 +155,10 @@ def test_delete_destroys_the_keys_and_leftover_ciphertext_stays_shut(
     queue is deleted; then no metadata file on any node holds its wrapped
     keys, and the copies open with nothing left."""
     with cluster.client(timeout_s=20.0) as client:
+        # A queue that stays, so the search below has keys to find (this test
+        # must not depend on the module's other tests having run first).
+        if "enc-keep" not in {q.name for q in client.list_queues()}:
+            client.create_queue("enc-keep", replication_factor=3)
         client.create_queue("enc-shred", replication_factor=3)
         client.send_batch("enc-shred", [f"shred-{k}" for k in range(20)])
         client.rotate_queue_key("enc-shred")
