@@ -42,16 +42,22 @@ PAIRS = [
 ]
 
 
-def events(directory: str) -> list[tuple[int, str, str]]:
+def marks(directory: str) -> list[tuple[int, str, str, str]]:
+    """Every mark of the trace files in ``directory``, in time order: (ns,
+    pid, name, thread)."""
     out = []
     for path in glob.glob(os.path.join(directory, "*.trace")):
         pid = os.path.basename(path).split(".")[0]
         with open(path) as f:
             for line in f:
-                t, name, _thread = line.split()
-                out.append((int(t), pid, name))
+                t, name, thread = line.split()
+                out.append((int(t), pid, name, thread))
     out.sort()
     return out
+
+
+def events(directory: str) -> list[tuple[int, str, str]]:
+    return [(t, pid, name) for t, pid, name, _thread in marks(directory)]
 
 
 def requests(evs: list[tuple[int, str, str]]) -> Iterator[dict[str, float]]:

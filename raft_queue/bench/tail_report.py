@@ -28,29 +28,15 @@ from __future__ import annotations
 import argparse
 import bisect
 import collections
-import glob
 import math
-import os
 import sys
 from collections.abc import Iterator
 
-from raft_queue.bench.stage_report import PAIRS, requests
+from raft_queue.bench.stage_report import PAIRS, marks, requests
 from raft_queue.bench.stage_report import events as stage_events
 
 PERIODS_S = (0.05, 0.1, 0.2, 0.25, 0.5, 1.0, 2.0)  # tick, heartbeats, checks, loops
 Interval = tuple[int, int, str, str]  # start ns, end ns, pid, label
-
-
-def _rows(directory: str) -> list[tuple[int, str, str, str]]:
-    out = []
-    for path in glob.glob(os.path.join(directory, "*.trace")):
-        pid = os.path.basename(path).split(".")[0]
-        with open(path) as f:
-            for line in f:
-                t, name, tid = line.split()
-                out.append((int(t), pid, name, tid))
-    out.sort()
-    return out
 
 
 def _label(name: str) -> str:
@@ -171,7 +157,7 @@ def _overlap_lines(rows: list[tuple[int, str, str, str]], skip: int, tail: float
 
 
 def report(directory: str, skip: int = 200, tail: float = 0.02) -> list[str]:
-    rows = _rows(directory)
+    rows = marks(directory)
     return [*_stage_lines(directory, skip, tail), *_overlap_lines(rows, skip, tail)]
 
 
