@@ -12,14 +12,18 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
+from raft_queue._proto.raft_queue.v1 import queue_pb2, queue_pb2_grpc
 from raft_queue.errors import InvalidArgument
 from raft_queue.testing.cluster import LocalCluster
 from tests.integration.conftest import wait_for
+from tests.integration.test_long_poll_routes import lead, token
 
 pytestmark = pytest.mark.integration
 
@@ -132,3 +136,70 @@ def test_two_receives_of_one_consumer_in_flight_leave_no_lingering_lease_behind(
     assert [m.body for m in late] == [b"m3"]
     assert time.monotonic() - t0 < WINDOW_MS / 1000 + 2  # given back, not timed out (30 s)
     assert late[0].receive_count == 1
+
+
+def test_what_a_lingering_lease_takes_while_the_next_receive_runs_goes_to_that_receive(
+    lingering: LocalCluster,
+) -> None:
+    # The seeded chaos campaign's double lease. "c"'s next Receive reaches n1
+    # and takes up its lingering request on p0, but its first round waits on a
+    # forward to n2 (paused here; slow commits under flapping splits there).
+    # Meanwhile a Send to p0 takes the lingering request along. The round
+    # then answered with n2's message only, and the lease taken meanwhile was
+    # kept for "c"'s *following* Receive, which got it with part of its
+    # visibility spent: another consumer could lease it again while "c" still
+    # held it. Now the Receive running when it was taken returns it.
+    client = lingering.client(timeout_s=20.0)
+    for attempt in range(3):
+        name = f"meanwhile{attempt}"
+        got, after, lease, asked_ms, answered_ms = _lease_meanwhile(lingering, client, name)
+        # Housekeeping's Expire (every second, while a partition has records)
+        # can take the lingering request first, with nothing to lease: then
+        # m2 is leased later, as any message sent between two Receives.
+        if lease.time_ms < answered_ms:
+            break
+    else:
+        pytest.fail("m2 was never leased while the Receive ran (Expire three times?)")
+    assert sorted(got) == [b"m1", b"m2"]
+    assert after == []
+    assert lease.consumer == "c"
+    assert lease.deadline_ms >= asked_ms + 30_000  # leased after that Receive was sent
+
+
+def _lease_meanwhile(
+    c: LocalCluster, client: Any, name: str
+) -> tuple[list[bytes], list[bytes], Any, int, int]:
+    """(the bodies "c"'s Receive got while a Send took its lingering request,
+    those its next Receive got, m2's lease, when the first Receive was sent
+    and answered: ms)."""
+    client.create_queue(name, partitions=2, replication_factor=3)
+    lead(client, name, {0: "n1", 1: "n2"})
+    for body in (b"m0", b"m0b"):
+        client.send(name, body, partition=0)
+    request = queue_pb2.ReceiveRequest(
+        queue=name, max_messages=1, wait_ms=1000, consumer="c", visibility_ms=30_000
+    )
+    answered: list[int] = []
+    with grpc.insecure_channel(c.specs[0].address) as channel:
+        stub = queue_pb2_grpc.QueueServiceStub(channel)
+        receive = partial(stub.Receive, metadata=token(c))
+        first = [m for _ in range(2) for m in receive(request, timeout=20).messages]
+        assert [m.body for m in first] == [b"m0", b"m0b"]  # back in time: n1 lingers for "c"
+        client.send(name, b"m1", partition=1)
+        request.max_messages = 10
+        c.pause(1)
+        try:
+            asked_ms = int(time.time() * 1000)
+            second = stub.Receive.future(request, timeout=20, metadata=token(c))
+            second.add_done_callback(lambda _: answered.append(int(time.time() * 1000)))
+            time.sleep(0.2)  # its round waits on the forward to n2
+            client.send(name, b"m2", partition=0)  # leased with its Append, to "c"
+        finally:
+            c.resume(1)
+        got = list(second.result().messages)
+        after = list(receive(request, timeout=20).messages)
+    (m2,) = [m for m in [*got, *after] if m.body == b"m2"]
+    (lease,) = client.get_history(name, 0, m2.offset).deliveries
+    receipts = [m.receipt for m in [*first, *got, *after]]
+    assert all(r.ok for r in client.ack(name, receipts))
+    return [m.body for m in got], [m.body for m in after], lease, asked_ms, answered[0]

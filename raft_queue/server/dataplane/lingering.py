@@ -74,6 +74,7 @@ class Linger:
 
 class Lingering:
     def __init__(self, window_ms: int, undo: Callable[[list[Stand]], None]) -> None:
+        self.window_ms = window_ms
         self.window_s = window_ms / 1000
         self._undo = undo  # withdraws untaken requests, undoes taken leases
         self._held: dict[Key, Linger] = {}

@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import contextvars
 from collections.abc import Callable, Coroutine, Sequence
-from concurrent.futures import Future
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -41,8 +40,8 @@ from raft_queue.replication.partition import PartitionReplica
 from raft_queue.server.api import convert, receipt_results
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.dataplane import bounds
+from raft_queue.server.dataplane import stands as standing
 from raft_queue.server.dataplane.lingering import Linger, Lingering, Stand
-from raft_queue.server.dataplane.receipts import Receipts
 from raft_queue.server.dataplane.sending import now_ms
 from raft_queue.server.dataplane.settling import Settler
 from raft_queue.server.dataplane.withdrawals import POLL_ID_KEY, new_poll_id
@@ -72,7 +71,7 @@ class Receiver:
     def __init__(self, cluster: Cluster) -> None:
         self.c = cluster
         self.limits = cluster.node.config.limits
-        self.lingering = Lingering(self.limits.receive_linger_ms, undo)
+        self.lingering = Lingering(self.limits.receive_linger_ms, standing.undo)
         self.settler = Settler(cluster)
         self._tasks: set[asyncio.Future[Any]] = set()  # give-backs and withdrawals under way
 
@@ -116,15 +115,24 @@ class Receiver:
         carried = self._start_acks(q, request, forwarded)  # before the lease: one entry
         lin = self.lingering.take(key, visibility) if request.consumer else None
         try:
-            out = await self._taken_up(q, lin) if lin is not None and lin.taken() else []
+            out = await self._taken_up(q, lin, visibility)
             taken_up = bool(out)
             if lin is not None:
                 _stage("r.linger_got" if out else "r.linger_none")
             if not out:
                 out = await self._receive_now(args, deadline, forwarded, lin)
+            if lin is not None and lin.stands:
+                # The linger's requests that no stand of this poll adopted
+                # (its first round answered, or their partition was not led
+                # here when it stood) kept standing while it ran: what they
+                # took is this Receive's, leased after it arrived. Left to the
+                # consumer's next Receive, such a lease reached it with part
+                # of its visibility spent (the seeded campaign's double lease).
+                meanwhile, lin.stands = standing.take_meanwhile(lin.stands)
+                out += standing.messages(q, meanwhile, self.c.receipts, self.c.crypto)
         except BaseException:
             if lin is not None:
-                undo(lin.stands)
+                standing.undo(lin.stands)
             if carried is not None:
                 carried[1].add_done_callback(_retrieved)
             raise
@@ -138,7 +146,7 @@ class Receiver:
             local, _ = self.c.split_receivable(q)
             self.lingering.returned(key, arrived, max_n, visibility, local, lin)
         elif lin is not None:
-            undo(lin.stands)
+            standing.undo(lin.stands)
         _stage("r.out" if out else "r.out_empty")
         if carried is None:
             return out, None
@@ -158,20 +166,27 @@ class Receiver:
             return out
         return await self._long_poll(*args, deadline, lin)
 
-    async def _taken_up(self, q: QueueRecord, lin: Linger) -> list[Any]:
-        """The messages of ``lin``'s leases (proposed, so a commit away);
-        its requests not taken are withdrawn."""
+    async def _taken_up(self, q: QueueRecord, lin: Linger | None, visibility: int) -> list[Any]:
+        """The messages of ``lin``'s leases (proposed, so a commit away), []
+        if none was taken; if some were, its requests not taken are
+        withdrawn. Those leases were taken at most the linger window before
+        this Receive arrived (now): any ending earlier than that allows is
+        given back (stands.fresh)."""
+        if lin is None or not lin.taken():
+            return []
+        earliest = now_ms() + visibility - self.lingering.window_ms - standing.FRESH_SLACK_MS
         running = [asyncio.wrap_future(s.future) for _, _, s in lin.stands if s.future.running()]
         for w in running:
             w.add_done_callback(_retrieved)
         stands, lin.stands = lin.stands, []
         try:
             if running:
-                await asyncio.wait(running, timeout=TAKEN_WAIT_S)
+                await asyncio.wait(running, timeout=standing.TAKEN_WAIT_S)
         except BaseException:
-            undo(stands)
+            standing.undo(stands)
             raise
-        return _messages(q, _withdraw(stands, keep=True), self.c.receipts, self.c.crypto)
+        claimed = standing.fresh(standing.withdraw(stands, keep=True), earliest)
+        return standing.messages(q, claimed, self.c.receipts, self.c.crypto)
 
     async def _round(self, q: QueueRecord, consumer: str, max_n: int, visibility: int) -> list[Any]:
         """One immediate attempt: local leaders, then the other leader nodes."""
@@ -362,8 +377,11 @@ class Receiver:
             for p, r in local:
                 s = lin.adopt(p, r, STAND_S) if lin is not None else None
                 stands.append((p, r, s or r.standing.stand(consumer, max_n, visibility, STAND_S)))
+            if lin is not None:  # the rest are on partitions not led here now: undone
+                standing.undo(lin.stands)
+                lin.stands = []
         except BaseException:  # over a standing-poll bound: nothing left standing
-            _withdraw(stands, keep=False)
+            standing.undo(stands)
             woken.close()
             raise
         _stage("r.stand")
@@ -378,15 +396,15 @@ class Receiver:
             # give it back and lease again.
             taken = [w for w, (_, _, s) in zip(wrapped, stands, strict=True) if s.future.running()]
             if taken:
-                await asyncio.wait(taken, timeout=TAKEN_WAIT_S)
+                await asyncio.wait(taken, timeout=standing.TAKEN_WAIT_S)
         except BaseException:  # cancelled: every lease taken for us goes back
-            _withdraw(stands, keep=False)
+            standing.undo(stands)
             raise
         finally:
             waker.cancel()
-        claimed = _withdraw(stands, keep=True)
+        claimed = standing.withdraw(stands, keep=True)
         _stage("r.stand_got" if claimed else "r.stand_none")
-        return _messages(q, claimed, self.c.receipts, self.c.crypto), not claimed
+        return standing.messages(q, claimed, self.c.receipts, self.c.crypto), not claimed
 
     async def _lease_local(
         self, q: QueueRecord, consumer: str, max_n: int, visibility: int, out: list[Any]
@@ -486,17 +504,8 @@ async def _submit_lease(replica: PartitionReplica, lease: cmd.Lease, timeout_s: 
     try:
         return await asyncio.shield(asyncio.wrap_future(fut))
     except asyncio.CancelledError:
-        fut.add_done_callback(lambda f: _nack_unwanted(replica, f))
+        fut.add_done_callback(partial(standing.nack_unwanted, replica))
         raise
-
-
-def _nack_unwanted(replica: PartitionReplica, fut: Future[Any]) -> None:
-    """Undo the lease ``fut`` brings (any thread): nobody will deliver it."""
-    if fut.cancelled() or fut.exception() is not None:
-        return
-    refs = tuple(cmd.ReceiptRun(s.offset, s.count, s.epoch) for s in fut.result().spans)
-    if refs:
-        replica.submit(cmd.Release(refs, now_ms()))
 
 
 async def _quietly(call: Any) -> None:
@@ -506,49 +515,9 @@ async def _quietly(call: Any) -> None:
         await call
 
 
-def undo(stands: list[Stand]) -> None:
-    """Withdraw requests not taken; undo the leases of those taken."""
-    _withdraw(stands, keep=False)
-
-
 def _retrieved(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled():
         fut.exception()  # seen: asyncio must not log it as never retrieved
-
-
-# How long a poll woken by an apply waits for its standing lease that was
-# already proposed (normally one commit: milliseconds).
-TAKEN_WAIT_S = 1.0
-
-
-def _withdraw(stands: list[Stand], keep: bool) -> list[tuple[int, Any]]:
-    """Withdraw standing leases. Those already taken: with ``keep``, the
-    (partition, Lease result) of each applied one; every other taken lease
-    (still in flight, or all of them without ``keep``) is given back once it
-    applies."""
-    kept: list[tuple[int, Any]] = []
-    for part, replica, s in stands:
-        if replica.standing.withdraw(s):
-            continue  # never taken
-        fut = s.future
-        if keep and fut.done() and not fut.cancelled() and fut.exception() is None:
-            kept.append((part, fut.result()))
-        else:
-            fut.add_done_callback(partial(_nack_unwanted, replica))
-    return kept
-
-
-def _messages(
-    q: QueueRecord, claimed: list[tuple[int, Any]], receipts: Receipts, crypto: Any = None
-) -> list[Any]:
-    lease_messages = convert.lease_messages
-    return [
-        m
-        for part, res in claimed
-        for m in lease_messages(
-            q.name, part, q.uid, res, receipts, crypto and crypto.opener(q.name, q.uid, part)
-        )
-    ]
 
 
 def _recheck_s(replicas: list[PartitionReplica]) -> float:
