@@ -171,8 +171,13 @@ async def serve(config: config_mod.NodeConfig) -> None:
     await observe.stop()
     for t in tasks:
         t.cancel()
+    # Usage is flushed while the other nodes are surely up (when a whole
+    # cluster stops, a flush after the grace found the metadata quorum gone
+    # and waited out its bound: 3 s per stop), then once more for what the
+    # requests finishing in the grace counted, if any.
+    await usage.final(timeout_s=2.0)
     await server.stop(2.0)
-    await usage.final()
+    await usage.final(timeout_s=1.0)
     await observe.close()
     await cluster.peers.close()
     tokens.close()

@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import grpc
+
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import admin_pb2
 from raft_queue.core import metadata as meta
@@ -228,6 +230,12 @@ class UsageFlusher:
                 left = max(0.01, deadline - time.monotonic())
                 if await asyncio.wait_for(self.flush(), left):
                     return
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                    # The metadata leader is gone (not slow): the whole cluster
+                    # is stopping, and no new leader will come to retry on.
+                    break
+                log.debug("final usage flush failed: %s", exc)
             except Exception as exc:
                 log.debug("final usage flush failed: %s", exc)
             await asyncio.sleep(0.1)
