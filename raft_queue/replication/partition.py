@@ -226,9 +226,24 @@ class PartitionReplica(ReplicatedGroup):
         if not any(type(p[0]) in self._ridden for p in pending):
             return []
         self._waking_upto = self._SyncObj__getCurrentLogIndex() + 1
-        self._waking_left = sum(_may_show(p[0]) for p in pending)
+        self._waking_left = sum(self._may_show(p[0]) for p in pending)
         room = -len(pending) % MAX_COMMANDS_PER_ENTRY  # what the last entry has left
         return self._claim_standing(room)
+
+    def _may_show(self, command: Any) -> int:
+        """``_may_show``, but an Expire shows nothing unless a lease ends or
+        a delay passes by its time: housekeeping's Expire (every second while
+        the partition holds records) took every standing request along, each
+        leasing nothing, and a consumer's lingering lease (lingering.py) was
+        used up before the Append it waited for. Entries still in flight are
+        not looked at: a poll the Expire's apply wakes still leases itself."""
+        if type(command) is commands.Expire:
+            try:
+                due = self.next_due_ms()
+            except errors.QueueError:  # stopped or failed: its proposal fails anyway
+                return _SHOW_UNKNOWN
+            return 0 if due is None or due > command.now_ms else _SHOW_UNKNOWN
+        return _may_show(command)
 
     def _claim_standing(self, max_requests: int) -> list[Pending]:
         """Standing leases for at most ``_waking_left`` records (what the

@@ -65,6 +65,26 @@ def test_commands_that_make_nothing_visible_carry_no_lease(
     assert standing.future.cancelled()
 
 
+def test_an_expire_carries_the_standing_leases_only_when_a_lease_ends_by_its_time(
+    group: list[PartitionReplica],
+) -> None:
+    # Housekeeping proposes an Expire every second while a partition holds
+    # records. One with nothing due took every standing request along, each
+    # leasing nothing: a consumer's lingering lease was used up before the
+    # Append it was waiting for (server/dataplane/lingering.py).
+    leader = leader_of(group)
+    leader.submit(append(b"held")).result(10)
+    held = leader.submit(cmd.Lease("c0", 1, 1000, now_ms())).result(10)
+    assert [m.record.body for m in held.messages] == [b"held"]
+    standing = leader.standing.stand("c1", 10, 30_000, 10.0)
+    leader.submit(cmd.Expire(now_ms())).result(10)  # c0's lease still runs
+    assert not standing.future.done()
+    time.sleep(1.1)  # c0's lease ended: this Expire ends it, c1's lease rides along
+    leader.submit(cmd.Expire(now_ms())).result(10)
+    got = standing.future.result(10)
+    assert [m.record.body for m in got.messages] == [b"held"]
+
+
 def test_withdraw_after_a_claim_says_a_lease_was_taken() -> None:
     box = StandingLeases()
     taken = box.stand("c", 5, 1000, 10.0)
