@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 
 from raft_queue.replication.diskfiles import write_out_in_slices
 
@@ -62,7 +63,7 @@ def write_out(path: str) -> None:
 
 def _run() -> None:
     while True:
-        threading.Event().wait(PERIOD_S)
+        time.sleep(PERIOD_S)
         with _lock:
             paths = list(_paths)
         for path in paths:
