@@ -60,12 +60,18 @@ def _bytes(path: Path) -> bytes:
 
 
 def data_files(cluster: LocalCluster) -> list[Path]:
-    """Every file in the nodes' data directories (journals, LMDB, snapshots)."""
-    return sorted(
-        p
-        for p in cluster.base_dir.rglob("*")
-        if p.is_file() and "data" in p.relative_to(cluster.base_dir).parts
-    )
+    """Every file in the nodes' data directories (journals, LMDB, snapshots),
+    walked again if a directory went away meanwhile (a deleted queue's)."""
+    for _ in range(20):
+        try:
+            return sorted(
+                p
+                for p in cluster.base_dir.rglob("*")
+                if p.is_file() and "data" in p.relative_to(cluster.base_dir).parts
+            )
+        except FileNotFoundError:  # rglob listed a directory the node then removed
+            continue
+    raise AssertionError("the data directories kept changing under 20 walks")
 
 
 def send_markers(client, queue: str, marker: str, n: int = 60) -> None:
