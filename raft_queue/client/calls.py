@@ -344,9 +344,10 @@ def receive(
     request = models.build_request(queue_pb2.ReceiveRequest, **fields)
     request.ack.extend(ack)
     request.ack_background = bool(ack) and ack_background
+    request.runs = True  # bare records come as MessageRuns (received_from_pb reads them)
     yield from partition_count(router, queue)  # learn the leaders, to prefer one of them
     response = yield Call("Receive", request, SomeLeaderOf(queue), extra_s=wait_ms / 1000)
-    messages = [models.message_from_pb(m) for m in response.messages]
+    messages = models.received_from_pb(queue, response)
     acks = []
     if ack and not request.ack_background:
         acks = models.receipt_results_from_pb(list(ack), response.acks)

@@ -350,6 +350,30 @@ def message_from_pb(pb: queue_pb2.Message) -> Message:
     return message
 
 
+def received_from_pb(queue: str, pb: queue_pb2.ReceiveResponse) -> list[Message]:
+    """The messages of a ReceiveResponse, in answer order: ``messages`` with
+    each MessageRun's messages inserted at its ``at`` (queue.proto)."""
+    if not pb.runs:
+        return [message_from_pb(m) for m in pb.messages]
+    out: list[Message] = []
+    rest = iter(pb.messages)
+    new = _new_message
+    for run in pb.runs:
+        while len(out) < run.at:
+            pb_message = next(rest, None)
+            if pb_message is None:
+                raise ValueError(f"a MessageRun at {run.at} past the answer's messages")
+            out.append(message_from_pb(pb_message))
+        head, tail, part = run.receipt_head, run.receipt_tail, run.partition
+        ts, count = run.timestamp_ms, run.receive_count
+        out += [
+            new(queue, part, o, body, "", {}, ts, f"{head}{o}{tail}", count, "")
+            for o, body in enumerate(run.bodies, run.offset)
+        ]
+    out += map(message_from_pb, rest)
+    return out
+
+
 def send_result_from_pb(pb: queue_pb2.SendResult) -> SendResult:
     durability = _enum_name(pb.durability, queue_pb2.Durability, "DURABILITY_")
     result: SendResult = _new_send_result(pb.partition, pb.offset, pb.duplicate, durability)

@@ -96,7 +96,7 @@ def test_carried_acks_are_applied_through_a_node_that_leads_nothing(
         _queue(c, "fwd", 6)
         (part,) = c.partitions("fwd")
         first = c.receive("fwd", max_messages=3, wait_ms=2000)
-    follower = next(s.address for s in cluster.specs if s.address != part.leader)
+    follower = next(s.address for s in cluster.specs if s.node_id != part.leader)
     md = (("authorization", f"Bearer {cluster.token}"),)
     with grpc.insecure_channel(follower) as channel:
         stub = queue_pb2_grpc.QueueServiceStub(channel)
@@ -256,3 +256,50 @@ def test_the_peer_adapter_receives_ahead_only_for_the_harness_pipelined_workload
     assert RaftQueueAdapter("pb_w4", max_inflight=1, consumer_window=1024).prefetch == 0
     assert RaftQueueAdapter("pb_w4", max_inflight=1, prefetch="2").prefetch == 2
     assert RaftQueueAdapter("pb_w3", max_inflight=256, prefetch="0").prefetch == 0
+
+
+def test_a_receive_answers_runs_to_a_client_that_asks_and_messages_to_one_that_does_not(
+    cluster: LocalCluster,
+) -> None:
+    """ReceiveRequest.runs: bare records leave as MessageRuns, their receipts
+    (head + offset + tail) ack as any; keyed ones stay Messages, in order."""
+    with cluster.client(timeout_s=20.0) as c:
+        _queue(c, "runs", 3)
+        c.send("runs", b"keyed", key="k", headers={"h": b"v"})
+        c.send_batch("runs", [b"m%03d" % i for i in range(3, 6)])
+        (part,) = c.partitions("runs")
+    leader = next(s.address for s in cluster.specs if s.node_id == part.leader)
+    md = (("authorization", f"Bearer {cluster.token}"),)
+    with grpc.insecure_channel(leader) as channel:
+        stub = queue_pb2_grpc.QueueServiceStub(channel)
+        ask = queue_pb2.ReceiveRequest(queue="runs", max_messages=5, wait_ms=2000, runs=True)
+        response = stub.Receive(ask, timeout=20, metadata=md)
+        assert [(r.at, r.offset, list(r.bodies)) for r in response.runs] == [
+            (0, 0, [b"m000", b"m001", b"m002"]), (4, 4, [b"m003"])
+        ]  # fmt: skip
+        assert [(m.offset, m.key, dict(m.headers)) for m in response.messages] == [
+            (3, "k", {"h": b"v"})
+        ]
+        run = response.runs[0]
+        receipts = [f"{run.receipt_head}{run.offset + i}{run.receipt_tail}" for i in range(3)]
+        acked = stub.Ack(queue_pb2.AckRequest(queue="runs", receipts=receipts), timeout=20,
+                         metadata=md)  # fmt: skip
+        assert [r.ok for r in acked.results] == [True, True, True]
+        plain = stub.Receive(
+            queue_pb2.ReceiveRequest(queue="runs", max_messages=5, wait_ms=2000),
+            timeout=20, metadata=md,
+        )  # fmt: skip
+        assert not plain.runs and [m.body for m in plain.messages] == [b"m004", b"m005"]
+    back = [response.messages[0].receipt, *(m.receipt for m in plain.messages)]
+    back.append(f"{response.runs[1].receipt_head}4{response.runs[1].receipt_tail}")
+    with cluster.client(timeout_s=20.0) as c:
+        assert _depth(c, "runs") == (4, 4)
+        assert all(r.ok for r in c.nack("runs", back, release=True))
+        got = c.receive("runs", max_messages=5, wait_ms=2000)  # the SDK: both lists, in order
+        assert [(m.offset, m.body, m.key) for m in got] == [
+            (3, b"keyed", "k"),
+            (4, b"m003", ""),
+            (5, b"m004", ""),
+            (6, b"m005", ""),
+        ]
+        assert all(r.ok for r in c.ack("runs", got))

@@ -10,6 +10,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from raft_queue import errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
+from raft_queue.client import models
 from raft_queue.config import QueueSpec
 from raft_queue.core.codec import encode
 from raft_queue.core.commands import Append, AppendBlobs, Lease, NewRecord, ReceiptRun
@@ -19,7 +20,9 @@ from raft_queue.core.results import LeaseResult
 from raft_queue.core.sealing import open_records, seal_blobs
 from raft_queue.core.segments import summarize
 from raft_queue.security.encryption import encrypter
+from raft_queue.server.api import answer as answers
 from raft_queue.server.api import convert
+from raft_queue.server.dataplane import bounds
 from raft_queue.server.dataplane import receipts as receipt_strings
 from raft_queue.server.dataplane.receipts import Receipts
 from raft_queue.storage import MemoryStore
@@ -181,15 +184,15 @@ def test_a_receive_answer_is_built_in_place_and_copied_only_when_it_differs() ->
     records = [NewRecord(b"r%d" % i) for i in range(5)]
     book = Receipts(b"s" * 32)
 
-    def leased(answer: convert.Answer | None) -> list[Any]:
-        token = convert.ANSWER.set(answer)
+    def leased(answer: answers.Answer | None) -> list[Any]:
+        token = answers.ANSWER.set(answer)
         try:
             return convert.lease_messages("q", 2, 77, _leased(records, 3), book)
         finally:
-            convert.ANSWER.reset(token)
+            answers.ANSWER.reset(token)
 
     plain = leased(None)  # no answer open: Messages of their own
-    answer = convert.Answer()
+    answer = answers.Answer()
     made = leased(answer)
     assert made == plain and len(answer.response.messages) == 3
     acks = queue_pb2.ReceiptsResponse(failures_only=True)
@@ -198,7 +201,7 @@ def test_a_receive_answer_is_built_in_place_and_copied_only_when_it_differs() ->
     assert list(response.messages) == plain and response.acks == acks
     assert answer.response is None and leased(answer) == plain  # late: made apart
     for pick in (lambda a: a[:2], lambda a: a[::-1], lambda a: [*a, plain[0]]):
-        answer = convert.Answer()  # some given back, reordered, one from elsewhere
+        answer = answers.Answer()  # some given back, reordered, one from elsewhere
         picked = pick(leased(answer))
         response = answer.close(picked, None)
         assert list(response.messages) == picked, "copied, as returned"
@@ -239,3 +242,85 @@ def test_sealed_records_give_the_same_messages(headers: bool) -> None:
         for o, handle in zip(range(1, 5), handles, strict=True)
     ]  # fmt: skip
     assert got == want
+
+
+def _in_answer(answer: Any, lease: Any) -> list[Any]:
+    token = answers.ANSWER.set(answer)
+    try:
+        return lease()
+    finally:
+        answers.ANSWER.reset(token)
+
+
+def _fields(m: Any) -> tuple[Any, ...]:
+    return (m.queue, m.partition, m.offset, m.body, m.key, dict(m.headers), m.timestamp_ms,
+            m.receipt, m.receive_count, m.dedup_id)  # fmt: skip
+
+
+@pytest.mark.parametrize("sealed", [False, True])
+@pytest.mark.parametrize("secret", [None, b"s" * 32])
+def test_a_runs_answer_reads_back_as_the_same_messages(sealed: bool, secret: bytes | None) -> None:
+    """Bare records leave as MessageRuns when the client asked for runs; the
+    SDK reads them back as exactly the Messages (receipts too) it got before."""
+    records = [NewRecord(b"body %d" % i) for i in range(6)]
+    book = Receipts(secret)
+    if sealed:
+        result, opener = _sealed_lease(records, 77, 2)
+    else:
+        result, opener = _leased(records, 5), None
+    lease = lambda: convert.lease_messages("q", 2, 77, result, book, opener)  # noqa: E731
+    plain = lease()  # no answer open: Messages
+    answer = answers.Answer(runs=True)
+    items = _in_answer(answer, lease)
+    assert {type(m) for m in items} == {answers.RunItem}
+    assert [_fields(m) for m in items] == [_fields(m) for m in plain], (
+        "a RunItem reads as its Message"
+    )
+    assert [m.message() for m in items] == plain
+    response = answer.close(items, None)
+    assert not response.messages and sum(len(r.bodies) for r in response.runs) == len(plain)
+    assert len(response.runs) == len(result.spans), "a run per lease span"
+    wire = queue_pb2.ReceiveResponse.FromString(response.SerializeToString())
+    got = models.received_from_pb("q", wire)
+    assert got == [models.message_from_pb(m) for m in plain]
+    assert response.ByteSize() < queue_pb2.ReceiveResponse(messages=plain).ByteSize()
+    no_runs = answers.Answer(runs=False)  # a client that did not ask: Messages as before
+    assert list(no_runs.close(_in_answer(no_runs, lease), None).messages) == plain
+
+
+def test_a_runs_answer_keeps_the_order_of_messages_runs_and_their_pieces() -> None:
+    bare = [NewRecord(b"b%d" % i) for i in range(6)]
+    keyed = [NewRecord(b"k%d" % i, key="k", headers=(("h", b"v"),)) for i in range(4)]
+    book = Receipts(b"s" * 32)
+    answer = answers.Answer(runs=True)
+    runs = _in_answer(answer, lambda: convert.lease_messages("q", 1, 5, _leased(bare, 5), book))
+    others = _in_answer(answer, lambda: convert.lease_messages("q", 3, 5, _leased(keyed, 3), book))
+    assert {type(m) for m in others} == {queue_pb2.Message}
+    # pieces of runs, reordered, between Messages: as a give-back or a second node leaves them
+    picked = [others[0], *runs[3:], *runs[:2], others[2], runs[2], others[1]]
+    response = answer.close(picked, queue_pb2.ReceiptsResponse(failures_only=True))
+    # runs: offsets 1 (one span) and 2..5 (another); picked: 4-5 | 1 | 2 | 3
+    assert [(r.at, r.offset, len(r.bodies)) for r in response.runs] == [
+        (1, 4, 2), (3, 1, 1), (4, 2, 1), (6, 3, 1)
+    ]  # fmt: skip
+    assert len(response.messages) == 3
+    assert response.acks.failures_only
+    got = models.received_from_pb("q", queue_pb2.ReceiveResponse.FromString(
+        response.SerializeToString()))  # fmt: skip
+    want = [m.message() if isinstance(m, answers.RunItem) else m for m in picked]
+    assert got == [models.message_from_pb(m) for m in want]
+
+
+def test_run_items_are_bounded_and_counted_as_messages() -> None:
+    records = [NewRecord(b"x" * 100) for _ in range(8)]
+    answer = answers.Answer(runs=True)
+    book = Receipts(b"s" * 32)
+    items = _in_answer(answer, lambda: convert.lease_messages("q", 0, 9, _leased(records, 7), book))
+    wire = sum(m.message().ByteSize() for m in items)
+    assert answers.answer_bytes(items) >= wire, "a bound: never under what the answer costs"
+    assert bounds.within_bytes(items, 10**6) == len(items)
+    assert bounds.within_bytes(items, 250) == 2  # body bytes, as for Messages
+    assert bounds.within_bytes(items[:1], 10) == 1  # one alone always goes
+    response = answer.close(items[:3], None)
+    assert answers.answered(response) == 3
+    assert answers.answered(queue_pb2.ReceiveResponse(messages=[items[0].message()])) == 1

@@ -3,9 +3,8 @@ before anything is submitted, so bad input never reaches the Raft log."""
 
 from __future__ import annotations
 
-import contextvars
 from collections.abc import Callable, Mapping, Sequence
-from operator import is_
+from operator import attrgetter
 from typing import Any
 
 from raft_queue import config, errors
@@ -16,6 +15,7 @@ from raft_queue.core.records import plain_blob, to_blob
 from raft_queue.core.results import LeaseResult
 from raft_queue.core.segments import HAS_DEDUP, HAS_KEY, SEALED, Segment, Summary, summarize
 from raft_queue.observability import metrics
+from raft_queue.server.api.answer import LeasedRun, open_answer
 from raft_queue.server.dataplane import bounds
 from raft_queue.server.dataplane.receipts import Receipts
 
@@ -198,7 +198,7 @@ def check_request_id(request_id: bytes) -> bytes:
 def message_pb(
     queue: str, partition: int, rec: Any, receipt: str = "", count: int = 0, make: Any = None
 ) -> Any:
-    """The Message of ``rec``; made by ``make`` (``_maker()``: in a Receive's
+    """The Message of ``rec``; made by ``make`` (in a Receive's
     answer) if given."""
     message = make or queue_pb2.Message
     if rec.headers:
@@ -240,14 +240,16 @@ def lease_messages(
     """The Messages (with receipts, made by ``receipts``) of a Lease's result:
     one per leased record, in offset order. Records of a segment without
     keys, dedup ids and headers are sliced straight out of it (the bulk of a
-    drain)."""
+    drain); in a Receive that answers with runs (``answer.Answer``), they are
+    RunItems of one LeasedRun per span, never made into Messages."""
     out: list[Any] = []
     add = out.append
-    message = _maker()
+    answer = open_answer()
+    runs = answer is not None and answer.runs
+    message = answer.response.messages.add if answer is not None else queue_pb2.Message
     for span in result.spans:
         seg = Segment(span.base, span.segment)
         i = span.offset - span.base
-        handles = receipts.span(queue, uid, partition, span.offset, span.count, span.epoch)
         count, ts = span.receive_count, seg.timestamp_ms
         if seg.flags:
             if seg.flags & SEALED:  # encrypted at rest: ``opener`` decrypts (NodeCrypto)
@@ -255,14 +257,26 @@ def lease_messages(
                     raise errors.Internal("a sealed segment without an opener")
                 recs = opener(seg, i, i + span.count)
                 if not seg.flags & (HAS_KEY | HAS_DEDUP):  # as the bodies-only path below
+                    if runs and not any(map(_HEADERS, recs)):
+                        bodies = list(map(_BODY, recs))
+                        out += _run(queue, partition, uid, span, bodies, ts, receipts).items()
+                        continue
+                    handles = receipts.span(
+                        queue, uid, partition, span.offset, span.count, span.epoch
+                    )
                     _add_bare(out, queue, partition, recs, handles, count, message)
                     continue
             else:
                 recs = seg.records(i, i + span.count)
+            handles = _receipts(receipts, queue, uid, partition, span)
             for rec, receipt in zip(recs, handles, strict=True):
                 add(message_pb(queue, partition, rec, receipt, count, message))
             continue
         bodies = seg.bodies(i, i + span.count)
+        if runs:
+            out += _run(queue, partition, uid, span, bodies, ts, receipts).items()
+            continue
+        handles = _receipts(receipts, queue, uid, partition, span)
         for offset, body, receipt in zip(
             range(span.offset, span.offset + span.count), bodies, handles, strict=True
         ):
@@ -278,6 +292,21 @@ def lease_messages(
                 )
             )
     return out
+
+
+def _receipts(receipts: Receipts, queue: str, uid: int, partition: int, span: Any) -> list[str]:
+    return receipts.span(queue, uid, partition, span.offset, span.count, span.epoch)
+
+
+_HEADERS = attrgetter("headers")
+_BODY = attrgetter("body")
+
+
+def _run(
+    queue: str, partition: int, uid: int, span: Any, bodies: Any, ts: int, receipts: Receipts
+) -> LeasedRun:
+    parts = receipts.run_parts(queue, uid, partition, span.offset, span.count, span.epoch)
+    return LeasedRun(queue, partition, span.offset, bodies, ts, span.receive_count, parts)
 
 
 def _add_bare(
@@ -299,44 +328,6 @@ def _add_bare(
                 receive_count=count,
             )
         )
-
-
-class Answer:
-    """A Receive's answer, built while its leases come in: Messages are made
-    in place in ``response.messages`` (``lease_messages`` in this request's
-    context), so the answer needs no copy of each (a third of a Message's
-    cost). ``close`` hands the response out only when the messages to
-    return are exactly those made in it, in order; else (some given back,
-    others forwarded from another node) a new response copies them."""
-
-    __slots__ = ("response",)
-
-    def __init__(self) -> None:
-        self.response: Any = queue_pb2.ReceiveResponse()
-
-    def close(self, messages: Sequence[Any], acks: Any) -> Any:
-        """The ReceiveResponse of ``messages`` and ``acks``; nothing is made
-        in this answer after (late leases make their own Messages)."""
-        response, self.response = self.response, None
-        made = response.messages
-        if len(made) != len(messages) or not all(map(is_, messages, made)):
-            return queue_pb2.ReceiveResponse(messages=messages, acks=acks)
-        if acks is not None:
-            response.acks.CopyFrom(acks)
-        return response
-
-
-#: The answer of the Receive this task serves (QueueService.Receive sets it).
-ANSWER: contextvars.ContextVar[Answer | None] = contextvars.ContextVar(
-    "raftq_receive_answer", default=None
-)
-
-
-def _maker() -> Any:
-    """What makes a Message here: in place in the open answer, else a new one."""
-    answer = ANSWER.get()
-    response = answer.response if answer is not None else None
-    return response.messages.add if response is not None else queue_pb2.Message
 
 
 def check_range(value: int, lo: int, hi: int, field: str) -> int:

@@ -22,6 +22,7 @@ from raft_queue.core import commands as cmd
 from raft_queue.observability import metrics
 from raft_queue.observability.stagetrace import mark as _stage
 from raft_queue.server.api import convert, receipt_results
+from raft_queue.server.api.answer import ANSWER, Answer
 from raft_queue.server.api.auth import CALLER_PRINCIPAL
 from raft_queue.server.api.send_stream import SendStreamServer
 from raft_queue.server.api.status import abort_with
@@ -132,8 +133,9 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
     async def Receive(self, request: Any, context: Any) -> Any:  # noqa: N802
         forwarded = is_forwarded(context)
         poll_id = poll_id_of(context) if forwarded else ""
-        answer = convert.Answer()  # its Messages are made in place (convert.Answer)
-        convert.ANSWER.set(answer)  # (this request's task: its context alone)
+        # Its Messages are made in place, or runs (answer.py); this task's context alone.
+        answer = Answer(runs=request.runs and not forwarded)
+        ANSWER.set(answer)
         try:
             if request.wait_ms and not forwarded:  # a client's long poll: its principal's cap
                 with self.polls.hold(CALLER_PRINCIPAL.get()):

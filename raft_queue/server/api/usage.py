@@ -31,6 +31,7 @@ from raft_queue._proto.raft_queue.v1 import admin_pb2
 from raft_queue.core import metadata as meta
 from raft_queue.core import usage as u
 from raft_queue.observability import metrics
+from raft_queue.server.api.answer import answered
 from raft_queue.server.api.quota import QuotaGate
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ class Meter:
             if op == u.RECEIVE and request.ack:  # the acks it carried count as an Ack
                 acked = len(request.ack) - len(response.acks.failed)
                 self.usage.count(principal, request.queue, u.ACK, acked, 0)
-            messages = len(response.messages)
+            messages = answered(response) if op == u.RECEIVE else len(response.messages)
             if self.wired:  # counted with its size once serialized
                 _ANSWER.set((principal, request.queue, op, messages))
             else:

@@ -9,12 +9,12 @@ before anything is submitted, so an over-limit request writes nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import methodcaller
 from typing import Any
 
 from raft_queue import errors
 from raft_queue.config import Limits, NodeConfig, QueueSpec
 from raft_queue.observability import metrics
+from raft_queue.server.api.answer import answer_bytes
 
 
 def refuse(exc: errors.QueueError) -> errors.QueueError:
@@ -79,9 +79,6 @@ def check_headers(field: str, entry: Any, spec: QueueSpec, limits: Limits) -> No
         )
 
 
-_WIRE_SIZE = methodcaller("ByteSize")
-
-
 def message_bytes(message: Any) -> int:
     """What one delivered message costs an answer: body, key, headers."""
     size = len(message.body) + len(message.key)
@@ -91,11 +88,11 @@ def message_bytes(message: Any) -> int:
 
 
 def within_bytes(messages: Sequence[Any], cap: int) -> int:
-    """How many of ``messages`` (Message protobufs, in order) fit in ``cap``
+    """How many of ``messages`` (Message protobufs or answer.RunItems, in order) fit in ``cap``
     bytes; at least one, so a message that alone is over the cap (it passed
     max_message_bytes) still gets delivered."""
-    if sum(map(_WIRE_SIZE, messages)) <= cap:  # the usual answer: all fit (a wire
-        return len(messages)  # size covers body, key, headers; C, 1/4 of the walk below)
+    if answer_bytes(messages) <= cap:  # the usual answer: all fit (a bound of
+        return len(messages)  # body, key, headers by C loops, 1/4 of the walk below)
     total = 0
     for i, message in enumerate(messages):
         total += message_bytes(message)

@@ -76,13 +76,19 @@ class Receipts:
     ) -> list[str]:
         """The receipts of one lease's ``count`` records from ``offset``: one
         MAC for the run, each receipt its offset plus the run's signed tail."""
+        head, tail = self.run_parts(queue, uid, partition, offset, count, epoch)
+        return [f"{head}{o}{tail}" for o in range(offset, offset + count)]
+
+    def run_parts(
+        self, queue: str, uid: int, partition: int, offset: int, count: int, epoch: int
+    ) -> tuple[str, str]:
+        """(head, tail) of a lease run's receipts: the receipt of offset ``o``
+        in it is ``head + str(o) + tail`` (what a MessageRun carries)."""
         head = f"{uid}:{partition}:"
         if self._base is None:
-            tail = f":{epoch}"
-        else:
-            mac = self._run_mac(_prefix(queue), f"{uid}:{partition}:{offset}:{count}:{epoch}")
-            tail = f":{epoch}:{offset}.{count}.{mac}"
-        return [f"{head}{o}{tail}" for o in range(offset, offset + count)]
+            return head, f":{epoch}"
+        mac = self._run_mac(_prefix(queue), f"{uid}:{partition}:{offset}:{count}:{epoch}")
+        return head, f":{epoch}:{offset}.{count}.{mac}"
 
     def _run_mac(self, prefix: bytes, run: str) -> str:
         assert self._base is not None

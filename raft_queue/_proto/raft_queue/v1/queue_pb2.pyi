@@ -238,7 +238,7 @@ class SendResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ..., runs: _Optional[_Iterable[_Union[SendRun, _Mapping]]] = ...) -> None: ...
 
 class ReceiveRequest(_message.Message):
-    __slots__ = ("queue", "max_messages", "visibility_ms", "wait_ms", "consumer", "ack", "ack_background")
+    __slots__ = ("queue", "max_messages", "visibility_ms", "wait_ms", "consumer", "ack", "ack_background", "runs")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     VISIBILITY_MS_FIELD_NUMBER: _ClassVar[int]
@@ -246,6 +246,7 @@ class ReceiveRequest(_message.Message):
     CONSUMER_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     ACK_BACKGROUND_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
     queue: str
     max_messages: int
     visibility_ms: int
@@ -253,15 +254,38 @@ class ReceiveRequest(_message.Message):
     consumer: str
     ack: _containers.RepeatedScalarFieldContainer[str]
     ack_background: bool
-    def __init__(self, queue: _Optional[str] = ..., max_messages: _Optional[int] = ..., visibility_ms: _Optional[int] = ..., wait_ms: _Optional[int] = ..., consumer: _Optional[str] = ..., ack: _Optional[_Iterable[str]] = ..., ack_background: _Optional[bool] = ...) -> None: ...
+    runs: bool
+    def __init__(self, queue: _Optional[str] = ..., max_messages: _Optional[int] = ..., visibility_ms: _Optional[int] = ..., wait_ms: _Optional[int] = ..., consumer: _Optional[str] = ..., ack: _Optional[_Iterable[str]] = ..., ack_background: _Optional[bool] = ..., runs: _Optional[bool] = ...) -> None: ...
 
 class ReceiveResponse(_message.Message):
-    __slots__ = ("messages", "acks")
+    __slots__ = ("messages", "acks", "runs")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[Message]
     acks: ReceiptsResponse
-    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., acks: _Optional[_Union[ReceiptsResponse, _Mapping]] = ...) -> None: ...
+    runs: _containers.RepeatedCompositeFieldContainer[MessageRun]
+    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., acks: _Optional[_Union[ReceiptsResponse, _Mapping]] = ..., runs: _Optional[_Iterable[_Union[MessageRun, _Mapping]]] = ...) -> None: ...
+
+class MessageRun(_message.Message):
+    __slots__ = ("partition", "offset", "bodies", "timestamp_ms", "receive_count", "receipt_head", "receipt_tail", "at")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BODIES_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    RECEIVE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HEAD_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_TAIL_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    offset: int
+    bodies: _containers.RepeatedScalarFieldContainer[bytes]
+    timestamp_ms: int
+    receive_count: int
+    receipt_head: str
+    receipt_tail: str
+    at: int
+    def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ..., bodies: _Optional[_Iterable[bytes]] = ..., timestamp_ms: _Optional[int] = ..., receive_count: _Optional[int] = ..., receipt_head: _Optional[str] = ..., receipt_tail: _Optional[str] = ..., at: _Optional[int] = ...) -> None: ...
 
 class ReceiptResult(_message.Message):
     __slots__ = ("receipt", "ok", "error")
