@@ -674,10 +674,31 @@ class SafeSyncObj(AppendEntriesFixes, PreVote, TickFixes):
         finally:
             self._loading_at_start = False
         applied = self._SyncObj__raftLastApplied
+        if not clearJournal and self._SyncObj__conf.dynamicMembershipChange:
+            self._member_changes_after(applied)
         waiting = self._SyncObj__commandsWaitingCommit
         for idx in [i for i in waiting if i <= applied]:
             for _term, callback in waiting.pop(idx):
                 callback(None, FAIL_REASON.UNKNOWN_OUTCOME)
+
+    def _member_changes_after(self, applied: int) -> None:
+        """The membership entries of the journal after the snapshot just
+        loaded at start, applied to the member set in log order. A follower
+        applies such an entry when it is appended (pysyncobj, as Raft: the
+        latest configuration in the log counts, committed or not) and undoes
+        it if the entry is truncated; but the load reset the member set to the
+        snapshot's and nothing applied the tail's again, so a replica
+        restarted from a snapshot older than a move forgot the member the move
+        added, and refused that member's greeting for good when it led
+        (docs/internals.md, "Membership after a restart")."""
+        log_ = self._SyncObj__raftLog
+        parse, change = self._SyncObj__parseChangeClusterRequest, self._SyncObj__doChangeCluster
+        for i in range(len(log_)):
+            command, index, _term = log_[i]
+            if index > applied:
+                request = parse(command)
+                if request is not None:
+                    change(request)
 
 
 def bind_address_for(host: str | None, self_address: str) -> str | None:
