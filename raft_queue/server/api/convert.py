@@ -261,9 +261,7 @@ def lease_messages(
                         bodies = list(map(_BODY, recs))
                         out += _run(queue, partition, uid, span, bodies, ts, receipts).items()
                         continue
-                    handles = receipts.span(
-                        queue, uid, partition, span.offset, span.count, span.epoch
-                    )
+                    handles = _receipts(receipts, queue, uid, partition, span)
                     _add_bare(out, queue, partition, recs, handles, count, message)
                     continue
             else:
