@@ -1,0 +1,392 @@
+"""The floor of a replicated, synced send in this stack (issue 17): W1 with
+everything of raft_queue taken out but the shape of its commit path.
+
+``grpc_floor`` measures the parts (a gRPC round trip, one fdatasync); this
+measures them put together as a W1 send must: the SDK's sync client sends one
+request on a bidi stream to a ``grpc.aio`` server (the leader process), which
+appends it to a preallocated journal file and fdatasyncs it while it sends it
+to two follower processes over plain TCP; each follower appends, fdatasyncs
+and acks; the leader answers once two of the three copies are durable (a
+majority), as a Raft leader commits. No Raft bookkeeping, no LMDB, no
+authentication, no encryption, no codec beyond a 12-byte frame header: what is
+left is processes, threads, sockets and disk, so no implementation on this
+stack can be faster on this machine than the figure printed.
+
+Two leader shapes, each in its own fresh processes:
+
+- ``threads``: raft_queue's shape. The asyncio loop hands the request to a
+  driver thread (a deque and a pipe write, as ``RaftHost.wake``), the driver
+  sends the frames and hands the leader's own sync to an I/O thread (as
+  ``SyncThreads``), which posts its end back through the pipe; the driver
+  counts copies and resolves a ``concurrent.futures.Future`` the loop awaits
+  (``asyncio.wrap_future``, as ``Cluster.submit_append``).
+- ``loop``: no driver thread. The loop writes the frames itself, watches the
+  follower sockets with ``add_reader``, and resolves an asyncio future; only
+  the leader's fdatasync runs on an I/O thread (``call_soon_threadsafe``
+  back). This is the commit path "without the driver/poller/event-loop
+  hand-offs" the W1 notes asked about: the difference between the two is what
+  such a redesign could gain at best.
+
+``echo`` (grpc_floor's stream echo, no disk, no followers) is measured in the
+same rounds for reference. Modes are interleaved in ``--rounds`` rounds and the
+medians of the rounds' percentiles are printed::
+
+    python -m raft_queue.bench.commit_floor --rounds 3 --n 2000 --dir /tmp
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import os
+import queue
+import selectors
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+import grpc
+
+from raft_queue._proto.raft_queue.v1 import queue_pb2
+from raft_queue.bench.grpc_floor import bench_stream, start_server
+from raft_queue.bench.measure import quantile
+
+FRAME = struct.Struct("<QI")  # seq, payload length (leader -> follower)
+ACK = struct.Struct("<Q")  # seq (follower -> leader)
+JOURNAL_BYTES = 64 << 20  # preallocated as replication/diskfiles.py does: no size change to sync
+MODES = ("echo", "threads", "loop")
+
+
+class Journal:
+    """Append-only file in preallocated blocks; ``sync`` is one fdatasync.
+    Unlinked at once: the processes are killed, and the disk is freed then."""
+
+    def __init__(self, directory: str) -> None:
+        fd, path = tempfile.mkstemp(prefix="commit-floor-", dir=directory)
+        os.unlink(path)
+        os.posix_fallocate(fd, 0, JOURNAL_BYTES)
+        self.fd, self.offset = fd, 0
+
+    def append(self, data: bytes) -> None:
+        os.pwrite(self.fd, data, self.offset)
+        self.offset = (self.offset + len(data)) % (JOURNAL_BYTES - 65536)
+
+    def sync(self) -> None:
+        os.fdatasync(self.fd)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _frames(buf: bytearray) -> list[bytes]:
+    """Whole frames' payloads taken off the front of ``buf``."""
+    out = []
+    while len(buf) >= FRAME.size:
+        _, n = FRAME.unpack_from(buf)
+        if len(buf) < FRAME.size + n:
+            break
+        out.append(bytes(buf[: FRAME.size + n]))
+        del buf[: FRAME.size + n]
+    return out
+
+
+def _acks(buf: bytearray) -> list[int]:
+    whole = len(buf) - len(buf) % ACK.size
+    seqs = [ACK.unpack_from(buf, i)[0] for i in range(0, whole, ACK.size)]
+    del buf[:whole]
+    return seqs
+
+
+# ---- a follower: one thread, append, sync, ack ---------------------------------------------
+
+
+def follow(port: int, directory: str) -> None:
+    """Blocking and single-threaded: the fastest a follower can be."""
+    journal = Journal(directory)
+    server = socket.create_server(("127.0.0.1", port))
+    print("ready", flush=True)
+    conn, _ = server.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf = bytearray()
+    try:
+        while data := conn.recv(65536):
+            buf += data
+            frames = _frames(buf)
+            if not frames:
+                continue
+            for frame in frames:
+                journal.append(frame)
+            journal.sync()
+            conn.sendall(b"".join(ACK.pack(FRAME.unpack_from(f)[0]) for f in frames))
+    finally:
+        journal.close()
+
+
+# ---- the leader's two shapes ---------------------------------------------------------------
+
+
+class Copies:
+    """Durable copies per seq; ``done(seq)`` fires once at two of three."""
+
+    def __init__(self) -> None:
+        self.count: dict[int, int] = {}
+        self.waiters: dict[int, Any] = {}
+
+    def add(self, seq: int, waiter: Any) -> None:
+        self.count[seq], self.waiters[seq] = 0, waiter
+
+    def durable(self, seq: int) -> Any:
+        """The waiter to resolve when this copy makes a majority, else None."""
+        n = self.count[seq] = self.count[seq] + 1
+        if n == 3:
+            del self.count[seq]
+        return self.waiters.pop(seq) if n == 2 else None
+
+
+class ThreadedCommit:
+    """Loop -> driver thread -> (followers, I/O thread) -> driver -> loop."""
+
+    def __init__(self, socks: list[socket.socket], journal: Journal) -> None:
+        self.socks, self.journal, self.copies, self.seq = socks, journal, Copies(), 0
+        self.inbox: collections.deque[tuple[bytes, Future[int]]] = collections.deque()
+        self.synced: collections.deque[list[int]] = collections.deque()
+        self.io: queue.Queue[tuple[list[int], bytes]] = queue.Queue()
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        self.bufs = {s: bytearray() for s in socks}
+        threading.Thread(target=self._drive, daemon=True, name="driver").start()
+        threading.Thread(target=self._sync_forever, daemon=True, name="io").start()
+
+    def submit(self, payload: bytes) -> Future[int]:  # the loop thread
+        fut: Future[int] = Future()
+        self.inbox.append((payload, fut))
+        os.write(self.wake_w, b"x")
+        return fut
+
+    def _drive(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self.wake_r, selectors.EVENT_READ)
+        for s in self.socks:
+            sel.register(s, selectors.EVENT_READ)
+        while True:
+            for key, _ in sel.select():
+                if key.fileobj == self.wake_r:
+                    os.read(self.wake_r, 4096)
+                else:
+                    self._acked(key.fileobj)  # type: ignore[arg-type]
+            while self.synced:
+                for seq in self.synced.popleft():
+                    self._durable(seq)
+            self._send_new()
+
+    def _send_new(self) -> None:
+        seqs, frames = [], []
+        while self.inbox:
+            payload, fut = self.inbox.popleft()
+            self.seq += 1
+            self.copies.add(self.seq, fut)
+            seqs.append(self.seq)
+            frames.append(FRAME.pack(self.seq, len(payload)) + payload)
+        if frames:
+            data = b"".join(frames)
+            self.io.put((seqs, data))  # the leader's sync begins before the sends, as ticks.py
+            for s in self.socks:
+                s.sendall(data)
+
+    def _acked(self, sock: socket.socket) -> None:
+        buf = self.bufs[sock]
+        buf += sock.recv(65536)
+        for seq in _acks(buf):
+            self._durable(seq)
+
+    def _durable(self, seq: int) -> None:
+        fut = self.copies.durable(seq)
+        if fut is not None:
+            fut.set_result(seq)
+
+    def _sync_forever(self) -> None:
+        while True:
+            seqs, data = self.io.get()
+            self.journal.append(data)
+            self.journal.sync()
+            self.synced.append(seqs)
+            os.write(self.wake_w, b"x")
+
+
+class LoopCommit:
+    """Everything on the asyncio loop but the leader's fdatasync."""
+
+    def __init__(self, socks: list[socket.socket], journal: Journal) -> None:
+        self.socks, self.journal, self.copies, self.seq = socks, journal, Copies(), 0
+        self.loop = asyncio.get_running_loop()
+        self.io: queue.Queue[tuple[list[int], bytes]] = queue.Queue()
+        self.bufs = {s: bytearray() for s in socks}
+        for s in socks:
+            s.setblocking(False)
+            self.loop.add_reader(s, self._acked, s)
+        threading.Thread(target=self._sync_forever, daemon=True, name="io").start()
+
+    def submit(self, payload: bytes) -> asyncio.Future[int]:
+        fut: asyncio.Future[int] = self.loop.create_future()
+        self.seq += 1
+        self.copies.add(self.seq, fut)
+        data = FRAME.pack(self.seq, len(payload)) + payload
+        self.io.put(([self.seq], data))
+        for s in self.socks:
+            s.send(data)  # a few hundred bytes into an empty socket buffer: never short
+        return fut
+
+    def _acked(self, sock: socket.socket) -> None:
+        buf = self.bufs[sock]
+        buf += sock.recv(65536)
+        for seq in _acks(buf):
+            self._durable(seq)
+
+    def _durable(self, seq: int) -> None:
+        fut = self.copies.durable(seq)
+        if fut is not None and not fut.done():
+            fut.set_result(seq)
+
+    def _synced(self, seqs: list[int]) -> None:
+        for seq in seqs:
+            self._durable(seq)
+
+    def _sync_forever(self) -> None:
+        while True:
+            seqs, data = self.io.get()
+            self.journal.append(data)
+            self.journal.sync()
+            self.loop.call_soon_threadsafe(self._synced, seqs)
+
+
+async def lead(port: int, mode: str, peers: list[int], directory: str) -> None:
+    socks = [socket.create_connection(("127.0.0.1", p)) for p in peers]
+    for s in socks:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    journal = Journal(directory)
+    if mode == "threads":
+        threaded = ThreadedCommit(socks, journal)
+
+        async def commit(payload: bytes) -> int:
+            return await asyncio.wrap_future(threaded.submit(payload))
+
+    else:
+        looped = LoopCommit(socks, journal)
+
+        async def commit(payload: bytes) -> int:
+            return await looped.submit(payload)
+
+    async def stream(requests: Any, context: Any) -> Any:
+        async for request in requests:
+            offset = await commit(request.SerializeToString())
+            yield queue_pb2.SendResponse(results=[queue_pb2.SendResult(offset=offset)])
+
+    handler = grpc.stream_stream_rpc_method_handler(
+        stream,
+        request_deserializer=queue_pb2.SendRequest.FromString,
+        response_serializer=queue_pb2.SendResponse.SerializeToString,
+    )
+    server = grpc.aio.server()
+    generic = grpc.method_handlers_generic_handler("floor.Echo", {"Stream": handler})
+    server.add_generic_rpc_handlers((generic,))
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    print("ready", flush=True)
+    await server.wait_for_termination()
+
+
+# ---- orchestration ---------------------------------------------------------------------------
+
+
+def _spawn(*args: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raft_queue.bench.commit_floor", *args],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "ready":
+        proc.kill()
+        raise RuntimeError(f"commit_floor {' '.join(args)} did not start")
+    return proc
+
+
+def _processes(mode: str, port: int, directory: str) -> list[subprocess.Popen[str]]:
+    if mode == "echo":
+        return [start_server(port)]
+    peers = [port + 1, port + 2]
+    procs = [_spawn("--follow", str(p), "--dir", directory) for p in peers]
+    peer_list = ",".join(map(str, peers))
+    args = ("--lead", str(port), "--mode", mode, "--peers", peer_list, "--dir", directory)
+    procs.append(_spawn(*args))
+    return procs
+
+
+def measure(mode: str, n: int, directory: str, port: int) -> list[float]:
+    """``n`` one-at-a-time sends' round trips (ms) on fresh processes of ``mode``."""
+    procs = _processes(mode, port, directory)
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        bench_stream(channel, 200)  # warm: connection, first-call paths, the journal's pages
+        return bench_stream(channel, n)
+    finally:
+        channel.close()
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def run(rounds: int, n: int, directory: str, port: int) -> dict[str, dict[str, Any]]:
+    per_mode: dict[str, list[tuple[float, float]]] = {mode: [] for mode in MODES}
+    for _ in range(rounds):
+        for mode in MODES:
+            samples = measure(mode, n, directory, port)
+            per_mode[mode].append((quantile(samples, 0.5), quantile(samples, 0.99)))
+    return {
+        mode: {
+            "p50_ms": round(statistics.median(p for p, _ in got), 3),
+            "p99_ms": round(statistics.median(p for _, p in got), 3),
+            "p50_range": [round(min(p for p, _ in got), 3), round(max(p for p, _ in got), 3)],
+        }
+        for mode, got in per_mode.items()
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m raft_queue.bench.commit_floor")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--n", type=int, default=2000, help="sends per mode and round")
+    parser.add_argument("--dir", default=".", help="where the journals go (the nodes' disk)")
+    parser.add_argument("--port", type=int, default=17580, help="leader; followers on +1, +2")
+    parser.add_argument("--follow", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--lead", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=("threads", "loop"), help=argparse.SUPPRESS)
+    parser.add_argument("--peers", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.follow:
+        follow(args.follow, args.dir)
+        return 0
+    if args.lead:
+        peers = [int(p) for p in args.peers.split(",")]
+        asyncio.run(lead(args.lead, args.mode, peers, args.dir))
+        return 0
+    result = run(args.rounds, args.n, args.dir, args.port)
+    for mode, fig in result.items():
+        print(
+            f"{mode:8} p50 {fig['p50_ms']:.3f} ms  p99 {fig['p99_ms']:.3f} ms  "
+            f"(p50 over rounds {fig['p50_range'][0]:.3f}..{fig['p50_range'][1]:.3f})"
+        )
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
