@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 class AdminService(admin_pb2_grpc.AdminServiceServicer):
     def __init__(self, cluster: Cluster, liveness: Liveness, operations: Operations) -> None:
-        self.c = cluster
+        self.cluster = cluster
         self.node = cluster.node
         self.liveness = liveness
         self.ops = operations
@@ -37,7 +37,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     @handled
     async def ClusterStatus(self, request: Any, context: Any) -> Any:  # noqa: N802
         counters: dict[str, list[Any]] | None = {} if request.include_counters else None
-        replicas, unreachable = await self.c.all_status(request.include_digests, counters)
+        replicas, unreachable = await self.cluster.all_status(request.include_digests, counters)
         leader = self.node.metadata_leader_id() or ""
         nodes = []
         for n in sorted(self.node.view.nodes().values(), key=lambda n: n.node_id):
@@ -80,12 +80,12 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     # ---- encryption at rest (metadata leader; server/dataplane/encryption.py) -----------------
     @handled
     async def RotateQueueKey(self, request: Any, context: Any) -> Any:  # noqa: N802
-        key = await self.c.crypto.rotate_key(request.queue)
+        key = await self.cluster.crypto.rotate_key(request.queue)
         return admin_pb2.RotateQueueKeyResponse(key_id=key.key_id, master_id=key.master_id)
 
     @handled
     async def RotateMasterKey(self, request: Any, context: Any) -> Any:  # noqa: N802
-        count, master = await self.c.crypto.rotate_master()
+        count, master = await self.cluster.crypto.rotate_master()
         return admin_pb2.RotateMasterKeyResponse(rewrapped=count, master_id=master)
 
     @handled
@@ -168,7 +168,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     @handled
     async def GetUsage(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return get_usage(self.c.node, request)
+        return get_usage(self.cluster.node, request)
 
 
 def _claim_pb(view: Any) -> dict[str, Any]:

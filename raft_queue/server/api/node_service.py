@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 class NodeService(node_pb2_grpc.NodeServiceServicer):
     def __init__(self, cluster: Cluster, liveness: Liveness) -> None:
-        self.c = cluster
+        self.cluster = cluster
         self.node = cluster.node
         self.liveness = liveness
         # Fills NodeStatusResponse's counters, ready and metrics_address
@@ -45,7 +45,7 @@ class NodeService(node_pb2_grpc.NodeServiceServicer):
     async def NodeStatus(self, request: Any, context: Any) -> Any:  # noqa: N802
         resp = admin_pb2.NodeStatusResponse(
             node=self.node.id,
-            replicas=self.c.local_status(request.include_digests),
+            replicas=self.cluster.local_status(request.include_digests),
             metadata_version=self.node.view.version,
         )
         if request.include_counters and self.node_status_extras is not None:
@@ -77,7 +77,7 @@ class NodeService(node_pb2_grpc.NodeServiceServicer):
     @handled
     async def WithdrawPoll(self, request: Any, context: Any) -> Any:  # noqa: N802
         """End a forwarded Receive whose caller stopped waiting (dataplane/withdrawals.py)."""
-        found = self.c.forwarded_polls.withdraw(request.poll_id)
+        found = self.cluster.forwarded_polls.withdraw(request.poll_id)
         return admin_pb2.WithdrawPollResponse(found=found)
 
     @handled

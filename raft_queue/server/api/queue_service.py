@@ -49,7 +49,7 @@ def handled(method: Any) -> Any:
         except RemoteError as exc:
             await abort_remote(context, exc)
         except errors.NotFound as exc:  # from a view that may be behind: vouch first
-            await abort_with(context, await self.c.barrier.vouch_miss(exc))
+            await abort_with(context, await self.cluster.barrier.vouch_miss(exc))
         except Exception as exc:
             await abort_with(context, exc)
 
@@ -59,7 +59,7 @@ def handled(method: Any) -> Any:
 
 class QueueService(queue_pb2_grpc.QueueServiceServicer):
     def __init__(self, cluster: Cluster) -> None:
-        self.c = cluster
+        self.cluster = cluster
         self.node = cluster.node
         self.queues = Queues(cluster)
         self.autocreate = AutoCreate(self.queues)
@@ -142,7 +142,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
                     messages, acks = await self.receiver.receive_acking(request, forwarded)
             elif poll_id:  # its caller may withdraw it (dataplane/withdrawals.py)
                 work = self.receiver.receive_acking(request, forwarded)
-                got = await self.c.forwarded_polls.run(poll_id, work)
+                got = await self.cluster.forwarded_polls.run(poll_id, work)
                 messages, acks = got if got is not None else ([], None)
             else:
                 messages, acks = await self.receiver.receive_acking(request, forwarded)
@@ -193,7 +193,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
         except RemoteError as exc:
             await abort_remote(context, exc)
         except errors.NotFound as exc:
-            await abort_with(context, await self.c.barrier.vouch_miss(exc))
+            await abort_with(context, await self.cluster.barrier.vouch_miss(exc))
         except Exception as exc:
             await abort_with(context, exc)
 
@@ -225,7 +225,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
     @handled
     async def GetPartitions(self, request: Any, context: Any) -> Any:  # noqa: N802
         q = self.node.queue_spec(request.queue)
-        infos = await self.c.partition_infos(q)
+        infos = await self.cluster.partition_infos(q)
         return queue_pb2.GetPartitionsResponse(partitions=infos, layout_version=len(infos))
 
     @handled
@@ -242,9 +242,9 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
     async def GetHistory(self, request: Any, context: Any) -> Any:  # noqa: N802
         q = self.node.queue_spec(request.queue)
         part = convert.check_range(request.partition, 0, q.spec.partitions - 1, "partition")
-        replica = self.c.local_leader(q.name, part, is_forwarded(context), reads=True)
+        replica = self.cluster.local_leader(q.name, part, is_forwarded(context), reads=True)
         if replica is None:
-            return await self.c.forward_to_leader(q.name, part, "GetHistory", request)
+            return await self.cluster.forward_to_leader(q.name, part, "GetHistory", request)
         history = replica.history(request.offset)
         if history is None:
             raise errors.NotFound(

@@ -88,7 +88,7 @@ class ControllerRole:
     """Run by every node (``step`` every round of the mover loop)."""
 
     def __init__(self, cluster: Cluster) -> None:
-        self.c = cluster
+        self.cluster = cluster
         self.node = cluster.node
         self._saved: Role | None = None
 

@@ -57,7 +57,7 @@ class _Seen:
 
 class Housekeeper:
     def __init__(self, cluster: Cluster, sender: Sender) -> None:
-        self.c = cluster
+        self.cluster = cluster
         self.sender = sender
         self._seen: dict[ReplicaKey, _Seen] = {}
 
@@ -67,7 +67,7 @@ class Housekeeper:
             await self.tend_all()
 
     async def tend_all(self) -> None:
-        for key, replica in list(self.c.node.replicas.items()):
+        for key, replica in list(self.cluster.node.replicas.items()):
             if not replica.is_leader():
                 self._seen.pop(key, None)
                 continue
@@ -79,10 +79,10 @@ class Housekeeper:
                 log.exception("housekeeping of %s failed", key.name)
 
     async def tend(self, key: ReplicaKey, replica: PartitionReplica) -> None:
-        q = self.c.node.view.queue(key.queue)
+        q = self.cluster.node.view.queue(key.queue)
         if q is None or q.uid != key.uid or not self._due(key, replica, q.spec):
             return
-        res = await self.c.submit(replica, cmd.Expire(now_ms()))
+        res = await self.cluster.submit(replica, cmd.Expire(now_ms()))
         if res.dead:
             await self.move_dead(q, key.partition, replica, res.dead)
         seen = self._seen[key]
@@ -124,18 +124,20 @@ class Housekeeper:
         """Send dead records to the DLQ (idempotent), then forget them."""
         dlq_name = q.spec.dead_letter_queue
         if dlq_name:
-            dlq = self.c.node.view.queue(dlq_name)
+            dlq = self.cluster.node.view.queue(dlq_name)
             if dlq is None:
                 log.warning("%s: dead-letter queue %r does not exist", q.name, dlq_name)
                 return
-            entries = [dead_letter_entry(q, part, replica, off, self.c.crypto) for off in offsets]
+            entries = [
+                dead_letter_entry(q, part, replica, off, self.cluster.crypto) for off in offsets
+            ]
             found = [e for e in entries if e is not None]
             for entry in found:
                 if dlq.spec.ordering == "fifo" and not entry.key:
                     entry.key = entry.dedup_id
             if found:
                 await self.sender.send(dlq, found, forwarded=False)
-        await self.c.submit(replica, cmd.ForgetDead(tuple(offsets)))
+        await self.cluster.submit(replica, cmd.ForgetDead(tuple(offsets)))
         metrics.count_dead_lettered(q.name, part, len(offsets))  # moved or, without a DLQ, dropped
 
 

@@ -54,7 +54,7 @@ class LostLeadership(Exception):
 
 class Mover:
     def __init__(self, cluster: Cluster, tuning: Any) -> None:
-        self.c = cluster
+        self.cluster = cluster
         self.tuning = tuning
         self.node = cluster.node
         self.tasks: dict[tuple[str, int], asyncio.Task[None]] = {}
@@ -227,7 +227,7 @@ class Mover:
             try:
                 if address is None:
                     raise errors.Unavailable(f"node {move.to.node_id} has no address yet")
-                st = await self.c.peers.node(address).NodeStatus(
+                st = await self.cluster.peers.node(address).NodeStatus(
                     admin_pb2.NodeStatusRequest(), timeout=3.0
                 )
                 if any(r.queue == move.queue and r.partition == move.partition
@@ -279,7 +279,7 @@ class Mover:
         node_address = self.node.node_address(node_id)
         if node_address is None:
             raise errors.Unavailable(f"node {node_id} has no address")
-        stub = self.c.peers.node(node_address)
+        stub = self.cluster.peers.node(node_address)
         return await stub.MemberChange(req, timeout=RPC_TIMEOUT_S)
 
     async def _submit(self, cmd: Any) -> Any:

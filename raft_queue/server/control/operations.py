@@ -30,7 +30,7 @@ OPERATOR_STATES = ("alive", "draining", "removed")
 
 class Operations:
     def __init__(self, cluster: Cluster, mover: Any) -> None:
-        self.c = cluster
+        self.cluster = cluster
         self.node = cluster.node
         self.mover = mover
 

@@ -36,7 +36,7 @@ CREATE_WAIT_S = 15.0
 
 class Queues:
     def __init__(self, cluster: Cluster) -> None:
-        self.c = cluster
+        self.cluster = cluster
         self.node = cluster.node
         self.watch = SplitWatch(cluster)
 
@@ -52,7 +52,7 @@ class Queues:
         )
         if not depth:
             return info
-        replicas, _ = await self.c.all_status()
+        replicas, _ = await self.cluster.all_status()
         oldest = 0
         for r in replicas:
             if r.queue != q.name or r.role != "leader":
@@ -76,7 +76,7 @@ class Queues:
         address = self.node.metadata_leader_address()
         if forwarded or not address or address == self.node.address:
             raise errors.NotLeader("not the metadata leader", address)
-        return await self.c.peers.forward(address, method, request, CREATE_WAIT_S + 5)
+        return await self.cluster.peers.forward(address, method, request, CREATE_WAIT_S + 5)
 
     async def create(self, name: str, spec: QueueSpec, forwarded: bool) -> Any:
         request = queue_pb2.CreateQueueRequest(name=name, config=convert.spec_to_pb(spec))
@@ -86,7 +86,7 @@ class Queues:
             return remote
         # A leader just elected decides from its view only once that holds what
         # earlier terms committed (placement, "exists"): metadata_barrier.py.
-        await self.c.barrier.vouch()
+        await self.cluster.barrier.vouch()
         nodes = [n for n in self.node.view.nodes().values() if n.state == "alive"]
         existing = self.node.view.queue(name)
         if existing is None:
@@ -100,7 +100,7 @@ class Queues:
             assignments = place_partitions(
                 nodes, self._all_assignments(), spec.partitions, spec.replication_factor
             )
-            data_key = self.c.crypto.first_key(name, spec)  # encryption at rest
+            data_key = self.cluster.crypto.first_key(name, spec)  # encryption at rest
         else:
             # Idempotent re-create: the metadata machine answers (same spec ->
             # the queue, different -> AlreadyExists); never place twice.
@@ -212,7 +212,7 @@ class Queues:
         q = self.node.queue_spec(name)
         deadline = time.monotonic() + CREATE_WAIT_S
         while time.monotonic() < deadline:
-            infos = await self.c.partition_infos(q)
+            infos = await self.cluster.partition_infos(q)
             if infos and all(p.leader for p in infos):
                 return
             await asyncio.sleep(0.1)
@@ -223,16 +223,19 @@ class Queues:
         """Drop every message of every partition (offsets are not reused; dedup
         ids stay remembered for their window). Returns how many were dropped."""
         q = self.node.queue_spec(name)
-        local, remote = self.c.split_partitions(q.name, q.spec.partitions)
+        local, remote = self.cluster.split_partitions(q.name, q.spec.partitions)
         removed = 0
         for _, replica in local:
-            removed += int(await self.c.submit(replica, cmd.Purge(now_ms())))
+            removed += int(await self.cluster.submit(replica, cmd.Purge(now_ms())))
         if forwarded:
             return removed
         if len(local) + len(remote) == 0 and q.spec.partitions:
             raise errors.Unavailable(f"{name}: no partition leader known yet")
         request = queue_pb2.PurgeQueueRequest(name=name)
         answers = await asyncio.gather(
-            *(self.c.peers.forward(a, "PurgeQueue", request, self.c.timeout_s) for a in remote)
+            *(
+                self.cluster.peers.forward(a, "PurgeQueue", request, self.cluster.timeout_s)
+                for a in remote
+            )
         )
         return removed + sum(int(a.removed) for a in answers)

@@ -85,7 +85,7 @@ class SplitWatch:
     """Moves split parents on (see the module doc); metadata leader only."""
 
     def __init__(self, cluster: Any) -> None:
-        self.c = cluster
+        self.cluster = cluster
         self.node = cluster.node
 
     async def run_forever(self) -> None:
@@ -113,7 +113,7 @@ class SplitWatch:
         waiting = self.waiting()
         if not waiting:
             return
-        replicas, _ = await self.c.all_status()
+        replicas, _ = await self.cluster.all_status()
         led = {(r.queue, r.partition) for r in replicas if r.role == "leader"}
         empty = {
             (r.queue, r.partition)

@@ -98,7 +98,7 @@ class AutoCreate:
         it, or it has heard of the leader elsewhere), at most VIEW_WAIT_S: the
         Send that follows then neither fails nor bounces off a new partition
         still electing or whose leader has not reached this node's replica."""
-        c = self.queues.c
+        c = self.queues.cluster
         deadline = time.monotonic() + VIEW_WAIT_S
         while time.monotonic() < deadline:
             if all(self._routes(c, q.name, p) for p in range(q.spec.partitions)):

@@ -63,19 +63,19 @@ MAX_EXPORT_OFFSETS = 50_000  # request offsets per ExportDedup page (bounds its 
 
 class Exporter:
     def __init__(self, cluster: Cluster) -> None:
-        self.c = cluster
+        self.cluster = cluster
 
     async def fence(self, request: Any) -> Any:
         """Metadata leader: (un)fence every partition of ``request.queue``, or
         only ``request.partitions`` (a partial move)."""
         if not request.queue:
             raise errors.InvalidArgument("queue", "a queue name is required")
-        q = self.c.node.queue_spec(request.queue)
+        q = self.cluster.node.queue_spec(request.queue)
         parts = tuple(int(p) for p in request.partitions)
         if len(set(parts)) != len(parts):
             raise errors.InvalidArgument("partitions", "names a partition twice")
         cmd = meta.FenceQueue(q.name, q.uid, bool(request.fenced), parts)
-        record = await self.c.node.submit_metadata(cmd)
+        record = await self.cluster.node.submit_metadata(cmd)
         return admin_pb2.FenceQueueResponse(
             fenced=record.fenced,
             partitions=record.spec.partitions,
@@ -87,9 +87,9 @@ class Exporter:
         max_n = convert.check_range(
             request.max_messages or 1000, 1, MAX_EXPORT_MESSAGES, "max_messages"
         )
-        replica = self.c.local_leader(q.name, part, forwarded, reads=True)
+        replica = self.cluster.local_leader(q.name, part, forwarded, reads=True)
         if replica is None:
-            return await self.c.forward_to_leader(q.name, part, "ExportPartition", request)
+            return await self.cluster.forward_to_leader(q.name, part, "ExportPartition", request)
         # The fence first: records read after it was seen applied are final.
         fenced = bool(replica.stats(int(time.time() * 1000)).fenced)
         offset = request.offset
@@ -97,9 +97,9 @@ class Exporter:
         if offset < res.earliest_offset:  # acked and compacted before offset: start there
             offset = res.earliest_offset
             res = replica.read(offset, max_n)
-        records = self.c.crypto.open_read(q, part, replica, res.records)
+        records = self.cluster.crypto.open_read(q, part, replica, res.records)
         messages = [convert.message_pb(q.name, part, r) for r in records]
-        keep = bounds.within_bytes(messages, self.c.node.config.limits.max_receive_bytes)
+        keep = bounds.within_bytes(messages, self.cluster.node.config.limits.max_receive_bytes)
         next_offset = res.next_offset if res.records else offset
         if keep < len(messages):  # a partial page: the caller exports on from here
             messages, next_offset = messages[:keep], records[keep].offset
@@ -124,9 +124,9 @@ class Exporter:
     async def export_dedup(self, request: Any, forwarded: bool) -> Any:
         q, part = self._partition(request)
         max_n = convert.check_range(request.max_entries or 1000, 1, MAX_SEED_ENTRIES, "max_entries")
-        replica = self.c.local_leader(q.name, part, forwarded, reads=True)
+        replica = self.cluster.local_leader(q.name, part, forwarded, reads=True)
         if replica is None:
-            return await self.c.forward_to_leader(q.name, part, "ExportDedup", request)
+            return await self.cluster.forward_to_leader(q.name, part, "ExportDedup", request)
         now = int(time.time() * 1000)
         fenced = bool(replica.stats(now).fenced)  # first: a fenced answer's entries are final
         page = replica.dedup_entries(bytes(request.after), max_n, MAX_EXPORT_OFFSETS, now)
@@ -181,7 +181,7 @@ class Exporter:
 
     def _partition(self, request: Any) -> tuple[QueueRecord, int]:
         """The queue and the checked partition a request names."""
-        q = self.c.node.queue_spec(request.queue)
+        q = self.cluster.node.queue_spec(request.queue)
         return q, convert.check_range(request.partition, 0, q.spec.partitions - 1, "partition")
 
     async def _command(
@@ -196,10 +196,10 @@ class Exporter:
     ) -> Any:
         """Commit ``command`` on the partition's leader here and answer its
         result, or forward ``request`` to the leader and pass its answer on."""
-        replica = self.c.local_leader(q.name, part, forwarded)
+        replica = self.cluster.local_leader(q.name, part, forwarded)
         if replica is None:
-            return await self.c.forward_to_leader(q.name, part, method, request)
-        return answer(await self.c.submit(replica, command))
+            return await self.cluster.forward_to_leader(q.name, part, method, request)
+        return answer(await self.cluster.submit(replica, command))
 
 
 def _entry_pb(e: DedupEntry) -> Any:

@@ -23,19 +23,19 @@ MAX_READ_MESSAGES = 10_000
 
 class Reader:
     def __init__(self, cluster: Cluster) -> None:
-        self.c = cluster
+        self.cluster = cluster
         self.limits = cluster.node.config.limits
 
     async def read(self, request: Any, forwarded: bool) -> Any:
-        q = self.c.node.queue_spec(request.queue)
+        q = self.cluster.node.queue_spec(request.queue)
         part = convert.check_range(request.partition, 0, q.spec.partitions - 1, "partition")
         max_n = convert.check_range(
             request.max_messages or 100, 1, MAX_READ_MESSAGES, "max_messages"
         )
         wait_ms = convert.check_range(request.wait_ms, 0, self.limits.max_wait_ms, "wait_ms")
-        replica = self.c.local_leader(q.name, part, forwarded, reads=True)
+        replica = self.cluster.local_leader(q.name, part, forwarded, reads=True)
         if replica is None:
-            return await self.c.forward_to_leader(q.name, part, "Read", request)
+            return await self.cluster.forward_to_leader(q.name, part, "Read", request)
         offset = request.offset
         if request.HasField("timestamp_ms"):
             offset = offset_for_time(replica, request.timestamp_ms)
@@ -43,7 +43,7 @@ class Reader:
         deadline = loop.time() + wait_ms / 1000
         keys = [(q.name, part)]
         while True:
-            seen = self.c.wakeups.seen(keys)
+            seen = self.cluster.wakeups.seen(keys)
             res = replica.read(offset, max_n)
             if offset < res.earliest_offset:
                 raise errors.OutOfRange(
@@ -53,8 +53,8 @@ class Reader:
             remaining = deadline - loop.time()
             if res.records or remaining <= 0:
                 break
-            await self.c.wakeups.wait(keys, seen, remaining)
-        records = self.c.crypto.open_read(q, part, replica, res.records)
+            await self.cluster.wakeups.wait(keys, seen, remaining)
+        records = self.cluster.crypto.open_read(q, part, replica, res.records)
         messages = [convert.message_pb(q.name, part, r) for r in records]
         keep = bounds.within_bytes(messages, self.limits.max_receive_bytes)
         next_offset = res.next_offset if res.records else offset
@@ -70,7 +70,7 @@ class Reader:
     async def commit_offsets(self, request: Any, forwarded: bool) -> dict[int, int]:
         """The stored offset per partition after the commit (never lower than
         before unless ``reset``, as the machine keeps it)."""
-        q = self.c.node.queue_spec(request.queue)
+        q = self.cluster.node.queue_spec(request.queue)
         if not request.group:
             raise errors.InvalidArgument("group", "a consumer group name is required")
         for part in request.offsets:
@@ -81,24 +81,24 @@ class Reader:
         }  # built first: a bad group name fails before anything is written
 
         async def one(part: int) -> tuple[int, int]:
-            replica = self.c.local_leader(q.name, part, forwarded)
+            replica = self.cluster.local_leader(q.name, part, forwarded)
             if replica is not None:
-                return part, int(await self.c.submit(replica, commits[part]))
+                return part, int(await self.cluster.submit(replica, commits[part]))
             sub = queue_pb2.CommitOffsetsRequest(
                 queue=q.name,
                 group=request.group,
                 offsets={part: request.offsets[part]},
                 reset=request.reset,
             )
-            resp = await self.c.forward_to_leader(q.name, part, "CommitOffsets", sub)
+            resp = await self.cluster.forward_to_leader(q.name, part, "CommitOffsets", sub)
             return part, int(resp.offsets.get(part, request.offsets[part]))
 
         return dict(await asyncio.gather(*(one(p) for p in commits)))
 
     async def get_offsets(self, request: Any, forwarded: bool) -> dict[int, int]:
-        q = self.c.node.queue_spec(request.queue)
+        q = self.cluster.node.queue_spec(request.queue)
         out: dict[int, int] = {}
-        local, remote = self.c.split_partitions(q.name, q.spec.partitions)
+        local, remote = self.cluster.split_partitions(q.name, q.spec.partitions)
         for part, replica in local:
             if not replica.can_serve_leader_reads():
                 raise errors.Unavailable(f"{q.name}[{part}]: leader not yet caught up")
@@ -107,7 +107,9 @@ class Reader:
                 out[part] = got
         if not forwarded:
             for address in remote:
-                resp = await self.c.peers.forward(address, "GetOffsets", request, self.c.timeout_s)
+                resp = await self.cluster.peers.forward(
+                    address, "GetOffsets", request, self.cluster.timeout_s
+                )
                 out.update(resp.offsets)
         return out
 

@@ -69,7 +69,7 @@ STAND_S = 30.0
 
 class Receiver:
     def __init__(self, cluster: Cluster) -> None:
-        self.c = cluster
+        self.cluster = cluster
         self.limits = cluster.node.config.limits
         self.lingering = Lingering(self.limits.receive_linger_ms, standing.undo)
         self.settler = Settler(cluster)
@@ -85,7 +85,7 @@ class Receiver:
     async def receive_acking(self, request: Any, forwarded: bool) -> tuple[list[Any], Any]:
         """(messages leased, the ReceiptsResponse of the acks ``request``
         carries, failures only; None if it carries none)."""
-        q = self.c.node.queue_spec(request.queue)
+        q = self.cluster.node.queue_spec(request.queue)
         if q.fenced and not request.ack:  # moving away (manager/moves.py): nothing to lease here
             raise errors.PartitionSealed(
                 f"queue {q.name!r} is fenced: it is moving to another cluster; "
@@ -129,7 +129,7 @@ class Receiver:
                 # consumer's next Receive, such a lease reached it with part
                 # of its visibility spent (the seeded campaign's double lease).
                 meanwhile, lin.stands = standing.take_meanwhile(lin.stands)
-                out += standing.messages(q, meanwhile, self.c.receipts, self.c.crypto)
+                out += standing.messages(q, meanwhile, self.cluster.receipts, self.cluster.crypto)
         except BaseException:
             if lin is not None:
                 standing.undo(lin.stands)
@@ -143,7 +143,7 @@ class Receiver:
             asyncio.ensure_future(self.give_back(q, out[keep:]))
             out = out[:keep]
         if out and request.consumer and (wait_ms or taken_up):
-            local, _ = self.c.split_receivable(q)
+            local, _ = self.cluster.split_receivable(q)
             self.lingering.returned(key, arrived, max_n, visibility, local, lin)
         elif lin is not None:
             standing.undo(lin.stands)
@@ -186,13 +186,13 @@ class Receiver:
             standing.undo(stands)
             raise
         claimed = standing.fresh(standing.withdraw(stands, keep=True), earliest)
-        return standing.messages(q, claimed, self.c.receipts, self.c.crypto)
+        return standing.messages(q, claimed, self.cluster.receipts, self.cluster.crypto)
 
     async def _round(self, q: QueueRecord, consumer: str, max_n: int, visibility: int) -> list[Any]:
         """One immediate attempt: local leaders, then the other leader nodes."""
         out: list[Any] = []
         await self._lease_local(q, consumer, max_n, visibility, out)
-        _, remote = self.c.split_receivable(q)
+        _, remote = self.cluster.split_receivable(q)
         for address in remote:
             if len(out) >= max_n:
                 break
@@ -236,7 +236,7 @@ class Receiver:
     ) -> tuple[tuple[int, ...], tuple[str, ...]]:
         """(partitions led here, other leader nodes; () with ``local_only``),
         sorted: equal plans compare equal."""
-        local, remote = self.c.split_receivable(q)
+        local, remote = self.cluster.split_receivable(q)
         return tuple(sorted(p for p, _ in local)), () if local_only else tuple(sorted(remote))
 
     async def _forward_until(
@@ -275,12 +275,12 @@ class Receiver:
             consumer=consumer,
             wait_ms=wait_ms,
         )
-        timeout_s = self.c.timeout_s + wait_ms / 1000
+        timeout_s = self.cluster.timeout_s + wait_ms / 1000
         poll_id = new_poll_id()
         try:
             # Never cancelled (a cancel can lose what it leased): withdrawn,
             # and what it still brings is given back (dataplane/withdrawals.py).
-            resp = await self.c.peers.forward(
+            resp = await self.cluster.peers.forward(
                 address,
                 "Receive",
                 sub,
@@ -304,7 +304,9 @@ class Receiver:
     def _withdraw(self, address: str, poll_id: str) -> None:
         """Ask ``address`` to end forwarded Receive ``poll_id`` now."""
         request = admin_pb2.WithdrawPollRequest(poll_id=poll_id)
-        call = self.c.peers.node(address).WithdrawPoll(request, timeout=self.c.timeout_s)
+        call = self.cluster.peers.node(address).WithdrawPoll(
+            request, timeout=self.cluster.timeout_s
+        )
         self._background(_quietly(call))
 
     def _background(self, work: Coroutine[Any, Any, Any]) -> None:
@@ -338,11 +340,11 @@ class Receiver:
         plan = plan or self._plan(q, local_only)
         try_now = True
         while True:
-            local, _ = self.c.split_receivable(q)
+            local, _ = self.cluster.split_receivable(q)
             if self._plan(q, local_only) != plan:
                 return []
             keys = [(q.name, part) for part, _ in local]
-            seen = self.c.wakeups.seen(keys)
+            seen = self.cluster.wakeups.seen(keys)
             out: list[Any] = []
             if try_now:
                 await self._lease_local(q, consumer, max_n, visibility, out)
@@ -353,7 +355,7 @@ class Receiver:
             sleep_s = min(remaining, _recheck_s(replicas), _until_due_s(replicas))
             stand = (q, local, consumer, max_n, visibility, lin)
             lin = None
-            out, try_now = await self._stand(*stand, self.c.wakeups.wait(keys, seen, sleep_s))
+            out, try_now = await self._stand(*stand, self.cluster.wakeups.wait(keys, seen, sleep_s))
             if out:
                 return out
 
@@ -404,14 +406,16 @@ class Receiver:
             waker.cancel()
         claimed = standing.withdraw(stands, keep=True)
         _stage("r.stand_got" if claimed else "r.stand_none")
-        return standing.messages(q, claimed, self.c.receipts, self.c.crypto), not claimed
+        return standing.messages(
+            q, claimed, self.cluster.receipts, self.cluster.crypto
+        ), not claimed
 
     async def _lease_local(
         self, q: QueueRecord, consumer: str, max_n: int, visibility: int, out: list[Any]
     ) -> None:
         """Append to ``out`` leases from the partitions this node leads. If
         cancelled, what ``out`` holds is given back before re-raising."""
-        local, _ = self.c.split_receivable(q)
+        local, _ = self.cluster.split_receivable(q)
         try:
             for part, replica in local:
                 if len(out) >= max_n:
@@ -419,19 +423,19 @@ class Receiver:
                 # (Not where this Receive's acks went: the check reads LMDB,
                 # which lets the driver thread tick between the Ack and the
                 # Lease; a Lease in the Ack's entry costs no round anyway.)
-                if id(replica) not in _ACKED_ON.get() and self.c.nothing_visible(replica):
+                if id(replica) not in _ACKED_ON.get() and self.cluster.nothing_visible(replica):
                     continue
                 lease = cmd.Lease(consumer, max_n - len(out), visibility, now_ms())
-                self.c.node.ensure_configured(replica)
+                self.cluster.node.ensure_configured(replica)
                 _stage("r.lease")
                 try:
-                    res = await _submit_lease(replica, lease, self.c.timeout_s)
+                    res = await _submit_lease(replica, lease, self.cluster.timeout_s)
                 except errors.QueueError:
                     continue  # lost leadership or timed out: other partitions still serve
                 _stage("r.lease_got" if res.spans else "r.lease_none")
-                opener = self.c.crypto.opener(q.name, q.uid, part)
+                opener = self.cluster.crypto.opener(q.name, q.uid, part)
                 out.extend(
-                    convert.lease_messages(q.name, part, q.uid, res, self.c.receipts, opener)
+                    convert.lease_messages(q.name, part, q.uid, res, self.cluster.receipts, opener)
                 )
         except asyncio.CancelledError:
             if out:
@@ -452,7 +456,7 @@ class Receiver:
         """Ack, Nack, ChangeVisibility: settling.py."""
         return await self.settler.settle(request, forwarded, make, method)
 
-    def _start_acks(self, q: Any, request: Any, forwarded: bool) -> Any:
+    def _start_acks(self, q: QueueRecord, request: Any, forwarded: bool) -> Any:
         """The acks ``request`` carries (``ReceiveRequest.ack``): checked, and
         the local ones submitted now, ahead of this Receive's lease (same
         Raft entry, settling.py); (the AckRequest, a task giving one result
@@ -460,7 +464,9 @@ class Receiver:
         if not request.ack:
             return None
         acks = queue_pb2.AckRequest(queue=q.name, receipts=request.ack, failures_only=True)
-        by_part = self.c.receipts.parse(q.name, acks.receipts, q.uid, q.spec.partitions, "ack")
+        by_part = self.cluster.receipts.parse(
+            q.name, acks.receipts, q.uid, q.spec.partitions, "ack"
+        )
         background = request.ack_background
         pending = self.settler.start(
             q, acks, by_part, forwarded, cmd.Ack, "Ack", carried=True, background=background
@@ -470,7 +476,7 @@ class Receiver:
             # entry costs no round. Background acks are not waited for, so
             # a Lease that would find nothing must not hold the poll for a
             # round: the poll stands at once (lingering.py, standing.py).
-            led = (self.c.node.replica(q.name, part) for part in by_part)
+            led = (self.cluster.node.replica(q.name, part) for part in by_part)
             _ACKED_ON.set(frozenset(id(r) for r in led if r is not None))
         return acks, asyncio.ensure_future(pending)
 

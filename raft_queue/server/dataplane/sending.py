@@ -49,7 +49,7 @@ def now_ms() -> int:
 
 class Sender:
     def __init__(self, cluster: Cluster) -> None:
-        self.c = cluster
+        self.cluster = cluster
         self.limits = cluster.node.config.limits
 
     def place(self, i: int, entry: Any, partitions: int | Layout) -> int:
@@ -65,7 +65,7 @@ class Sender:
             return partition_for_key(entry.key, partitions)
         if entry.dedup_id:
             return partition_for_key(entry.dedup_id, partitions)
-        return self.c.partition_of(i, entry, partitions)
+        return self.cluster.partition_of(i, entry, partitions)
 
     def _place_split(self, i: int, entry: Any, layout: Layout) -> int:
         """A split queue's placement; an explicit sealed partition is kept
@@ -77,7 +77,7 @@ class Sender:
         if entry.key or entry.dedup_id:
             return partition_for_key(entry.key or entry.dedup_id, layout)
         writable = layout.writable()
-        return writable[self.c.partition_of(i, entry, len(writable))]
+        return writable[self.cluster.partition_of(i, entry, len(writable))]
 
     async def send(
         self, q: QueueRecord, entries: Sequence[Any], forwarded: bool, request_id: bytes = b""
@@ -96,7 +96,7 @@ class Sender:
                 "entries", f"{len(entries)} messages; at most {self.limits.max_batch_messages}"
             )
         by_part = self._place_all(entries, q.layout if q.ranges else q.spec.partitions)
-        leaders = {p: self.c.local_leader(q.name, p, forwarded) for p in by_part}
+        leaders = {p: self.cluster.local_leader(q.name, p, forwarded) for p in by_part}
         blobs: dict[int, Packed] = {}  # packed for the partitions led here only
         try:
             for p, idx in by_part.items():
@@ -165,12 +165,12 @@ class Sender:
         request_id: bytes,
     ) -> None:
         """Append ``blobs`` (packed: ``part`` is led here) on ``replica``."""
-        node = self.c.node
+        node = self.cluster.node
         node.disk.check_send(q.name, part, node.partition_replicas(q.name, part))
-        sealed, summary = self.c.crypto.seal(q, part, *blobs)  # before the Raft log
+        sealed, summary = self.cluster.crypto.seal(q, part, *blobs)  # before the Raft log
         command = cmd.AppendBlobs(sealed, now_ms(), request_id, summary)
         _stage("s.submit")
-        res, reached = await self.c.submit_append(replica, command)
+        res, reached = await self.cluster.submit_append(replica, command)
         _stage("s.resumed")
         metrics.count_sent(q.name, part, len(indexes))
         durability = convert.DURABILITY[reached]
@@ -203,7 +203,7 @@ class Sender:
                 entry = sub.entries.add()
                 entry.CopyFrom(entries[i])
                 entry.partition = part
-        resp = await self.c.forward_to_leader(q.name, part, "Send", sub)
+        resp = await self.cluster.forward_to_leader(q.name, part, "Send", sub)
         got = _from_response(resp)
         if len(got) != len(indexes):
             raise errors.Internal(f"{q.name}[{part}]: {len(got)} results for {len(indexes)}")

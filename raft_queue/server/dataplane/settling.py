@@ -43,7 +43,7 @@ HOLD_S = max(0, int(os.environ.get("RAFTQ_ACK_HOLD_MS", "5"))) / 1000
 
 class Settler:
     def __init__(self, cluster: Cluster) -> None:
-        self.c = cluster
+        self.cluster = cluster
 
     async def settle(
         self, request: Any, forwarded: bool, make: Callable[..., Any], method: str
@@ -51,11 +51,11 @@ class Settler:
         """One result per receipt, in order: its outcome (``"ok"``, ...) when
         settled here, a ReceiptResult when forwarded (``receipts_response``
         makes the response)."""
-        q = self.c.node.queue_spec(request.queue)
+        q = self.cluster.node.queue_spec(request.queue)
         if not request.receipts:
             raise errors.InvalidArgument("receipts", "at least one receipt is required")
         # MACs and fields checked before anything is proposed (receipts.py)
-        by_part = self.c.receipts.parse(q.name, request.receipts, q.uid, q.spec.partitions)
+        by_part = self.cluster.receipts.parse(q.name, request.receipts, q.uid, q.spec.partitions)
         return await self.start(q, request, by_part, forwarded, make, method)
 
     def start(
@@ -85,14 +85,14 @@ class Settler:
         waits: list[Coroutine[Any, Any, None]] = []
         try:
             for part, items in by_part.items():
-                replica = self.c.local_leader(q.name, part, forwarded)
+                replica = self.cluster.local_leader(q.name, part, forwarded)
                 if replica is None:
                     waits.append(self._forward(q, part, items, request, method, results))
                     continue
-                self.c.node.ensure_configured(replica)
+                self.cluster.node.ensure_configured(replica)
                 command = make(items.runs(), now_ms())
                 hold = HOLD_S if background and replica.may_hold(command) else 0.0
-                fut = replica.submit(command, self.c.timeout_s, wake=not carried, hold_s=hold)
+                fut = replica.submit(command, self.cluster.timeout_s, wake=not carried, hold_s=hold)
                 if hold:  # proposed by then, if no other entry took it along
                     asyncio.get_running_loop().call_later(hold, replica.wake)
                 elif carried:  # woken once this task yields: its Lease joins the entry
@@ -135,7 +135,7 @@ class Settler:
         sub.failures_only = False  # one result per receipt, matched by position
         del sub.receipts[:]
         sub.receipts.extend(request.receipts[i] for i in items.indexes)
-        resp = await self.c.forward_to_leader(q.name, part, method, sub)
+        resp = await self.cluster.forward_to_leader(q.name, part, method, sub)
         for i, res in zip(items.indexes, resp.results, strict=True):
             results[i] = res
 

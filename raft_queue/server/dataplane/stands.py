@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raft_queue.core import commands as cmd
 from raft_queue.core.results import LeasedSpan, LeaseResult
@@ -31,6 +31,9 @@ from raft_queue.server.api import convert
 from raft_queue.server.dataplane.lingering import Stand
 from raft_queue.server.dataplane.receipts import Receipts
 from raft_queue.server.dataplane.sending import now_ms
+
+if TYPE_CHECKING:
+    from raft_queue.core.metadata_records import QueueRecord
 
 Claimed = tuple[int, PartitionReplica, LeaseResult]  # (partition, its leader replica, lease)
 
@@ -119,7 +122,9 @@ def split_stale(
     return ok, stale
 
 
-def messages(q: Any, claimed: list[Claimed], receipts: Receipts, crypto: Any = None) -> list[Any]:
+def messages(
+    q: QueueRecord, claimed: list[Claimed], receipts: Receipts, crypto: Any = None
+) -> list[Any]:
     """The Messages of ``claimed`` (queue record ``q``), with receipts."""
     lease_messages = convert.lease_messages
     return [

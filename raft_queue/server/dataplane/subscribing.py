@@ -30,14 +30,14 @@ MAX_PUSH_BATCH = 100
 
 class Subscriber:
     def __init__(self, cluster: Cluster, receiver: Receiver) -> None:
-        self.c = cluster
+        self.cluster = cluster
         self.receiver = receiver
         self.limits = cluster.node.config.limits
 
     async def serve(self, requests: Any, context: Any) -> AsyncIterator[Any]:
         """Yield leased messages as credit allows, until the client goes away."""
         first = await _first(requests)
-        q = self.c.node.queue_spec(first.queue)
+        q = self.cluster.node.queue_spec(first.queue)
         template = queue_pb2.ReceiveRequest(queue=q.name, consumer=first.consumer)
         if first.HasField("visibility_ms"):
             template.visibility_ms = first.visibility_ms
