@@ -44,7 +44,6 @@ import os
 import queue
 import selectors
 import socket
-import statistics
 import struct
 import subprocess
 import sys
@@ -57,7 +56,7 @@ import grpc
 
 from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.bench.grpc_floor import bench_stream, start_server
-from raft_queue.bench.measure import quantile
+from raft_queue.bench.measure import print_round_medians, round_medians
 
 FRAME = struct.Struct("<QI")  # seq, payload length (leader -> follower)
 ACK = struct.Struct("<Q")  # seq (follower -> leader)
@@ -151,17 +150,50 @@ class Copies:
         return self.waiters.pop(seq) if n == 2 else None
 
 
-class ThreadedCommit:
-    """Loop -> driver thread -> (followers, I/O thread) -> driver -> loop."""
+class Leader:
+    """What both shapes share: the follower sockets, the leader's journal
+    (synced on an I/O thread fed by ``io``), and the count of copies."""
 
     def __init__(self, socks: list[socket.socket], journal: Journal) -> None:
         self.socks, self.journal, self.copies, self.seq = socks, journal, Copies(), 0
+        self.io: queue.Queue[tuple[list[int], bytes]] = queue.Queue()
+        self.bufs = {s: bytearray() for s in socks}
+
+    def _acked(self, sock: socket.socket) -> None:
+        buf = self.bufs[sock]
+        buf += sock.recv(65536)
+        for seq in _acks(buf):
+            self._durable(seq)
+
+    def _durable(self, seq: int) -> None:
+        waiter = self.copies.durable(seq)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(seq)
+
+    def _durable_all(self, seqs: list[int]) -> None:
+        for seq in seqs:
+            self._durable(seq)
+
+    def _sync_forever(self) -> None:
+        while True:
+            seqs, data = self.io.get()
+            self.journal.append(data)
+            self.journal.sync()
+            self._synced(seqs)
+
+    def _synced(self, seqs: list[int]) -> None:  # the I/O thread
+        raise NotImplementedError
+
+
+class ThreadedCommit(Leader):
+    """Loop -> driver thread -> (followers, I/O thread) -> driver -> loop."""
+
+    def __init__(self, socks: list[socket.socket], journal: Journal) -> None:
+        super().__init__(socks, journal)
         self.inbox: collections.deque[tuple[bytes, Future[int]]] = collections.deque()
         self.synced: collections.deque[list[int]] = collections.deque()
-        self.io: queue.Queue[tuple[list[int], bytes]] = queue.Queue()
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
-        self.bufs = {s: bytearray() for s in socks}
         threading.Thread(target=self._drive, daemon=True, name="driver").start()
         threading.Thread(target=self._sync_forever, daemon=True, name="io").start()
 
@@ -183,8 +215,7 @@ class ThreadedCommit:
                 else:
                     self._acked(key.fileobj)  # type: ignore[arg-type]
             while self.synced:
-                for seq in self.synced.popleft():
-                    self._durable(seq)
+                self._durable_all(self.synced.popleft())
             self._send_new()
 
     def _send_new(self) -> None:
@@ -201,34 +232,17 @@ class ThreadedCommit:
             for s in self.socks:
                 s.sendall(data)
 
-    def _acked(self, sock: socket.socket) -> None:
-        buf = self.bufs[sock]
-        buf += sock.recv(65536)
-        for seq in _acks(buf):
-            self._durable(seq)
-
-    def _durable(self, seq: int) -> None:
-        fut = self.copies.durable(seq)
-        if fut is not None:
-            fut.set_result(seq)
-
-    def _sync_forever(self) -> None:
-        while True:
-            seqs, data = self.io.get()
-            self.journal.append(data)
-            self.journal.sync()
-            self.synced.append(seqs)
-            os.write(self.wake_w, b"x")
+    def _synced(self, seqs: list[int]) -> None:
+        self.synced.append(seqs)
+        os.write(self.wake_w, b"x")
 
 
-class LoopCommit:
+class LoopCommit(Leader):
     """Everything on the asyncio loop but the leader's fdatasync."""
 
     def __init__(self, socks: list[socket.socket], journal: Journal) -> None:
-        self.socks, self.journal, self.copies, self.seq = socks, journal, Copies(), 0
+        super().__init__(socks, journal)
         self.loop = asyncio.get_running_loop()
-        self.io: queue.Queue[tuple[list[int], bytes]] = queue.Queue()
-        self.bufs = {s: bytearray() for s in socks}
         for s in socks:
             s.setblocking(False)
             self.loop.add_reader(s, self._acked, s)
@@ -240,31 +254,13 @@ class LoopCommit:
         self.copies.add(self.seq, fut)
         data = FRAME.pack(self.seq, len(payload)) + payload
         self.io.put(([self.seq], data))
-        for s in self.socks:
-            s.send(data)  # a few hundred bytes into an empty socket buffer: never short
+        for s in self.socks:  # a few hundred bytes into an empty socket buffer
+            if s.send(data) != len(data):
+                raise RuntimeError("a short send to a follower (its socket buffer is full)")
         return fut
 
-    def _acked(self, sock: socket.socket) -> None:
-        buf = self.bufs[sock]
-        buf += sock.recv(65536)
-        for seq in _acks(buf):
-            self._durable(seq)
-
-    def _durable(self, seq: int) -> None:
-        fut = self.copies.durable(seq)
-        if fut is not None and not fut.done():
-            fut.set_result(seq)
-
     def _synced(self, seqs: list[int]) -> None:
-        for seq in seqs:
-            self._durable(seq)
-
-    def _sync_forever(self) -> None:
-        while True:
-            seqs, data = self.io.get()
-            self.journal.append(data)
-            self.journal.sync()
-            self.loop.call_soon_threadsafe(self._synced, seqs)
+        self.loop.call_soon_threadsafe(self._durable_all, seqs)
 
 
 async def lead(port: int, mode: str, peers: list[int], directory: str) -> None:
@@ -345,19 +341,11 @@ def measure(mode: str, n: int, directory: str, port: int) -> list[float]:
 
 
 def run(rounds: int, n: int, directory: str, port: int) -> dict[str, dict[str, Any]]:
-    per_mode: dict[str, list[tuple[float, float]]] = {mode: [] for mode in MODES}
+    per_mode: dict[str, list[list[float]]] = {mode: [] for mode in MODES}
     for _ in range(rounds):
         for mode in MODES:
-            samples = measure(mode, n, directory, port)
-            per_mode[mode].append((quantile(samples, 0.5), quantile(samples, 0.99)))
-    return {
-        mode: {
-            "p50_ms": round(statistics.median(p for p, _ in got), 3),
-            "p99_ms": round(statistics.median(p for _, p in got), 3),
-            "p50_range": [round(min(p for p, _ in got), 3), round(max(p for p, _ in got), 3)],
-        }
-        for mode, got in per_mode.items()
-    }
+            per_mode[mode].append(measure(mode, n, directory, port))
+    return round_medians(per_mode)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -379,11 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(lead(args.lead, args.mode, peers, args.dir))
         return 0
     result = run(args.rounds, args.n, args.dir, args.port)
-    for mode, fig in result.items():
-        print(
-            f"{mode:8} p50 {fig['p50_ms']:.3f} ms  p99 {fig['p99_ms']:.3f} ms  "
-            f"(p50 over rounds {fig['p50_range'][0]:.3f}..{fig['p50_range'][1]:.3f})"
-        )
+    print_round_medians(result)
     print(json.dumps(result))
     return 0
 

@@ -29,7 +29,6 @@ import asyncio
 import json
 import os
 import queue
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,7 +39,7 @@ from typing import Any
 import grpc
 
 from raft_queue._proto.raft_queue.v1 import queue_pb2
-from raft_queue.bench.measure import quantile
+from raft_queue.bench.measure import print_round_medians, round_medians
 
 _UNARY = "/floor.Echo/Unary"
 _STREAM = "/floor.Echo/Stream"
@@ -170,11 +169,7 @@ def run(rounds: int, n: int, directory: str, port: int) -> dict[str, dict[str, A
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     try:
         bench_unary(channel, 200)  # warm: connection, first-call paths
-        per_mode: dict[str, list[tuple[float, float]]] = {
-            "unary": [],
-            "stream": [],
-            "fdatasync": [],
-        }
+        per_mode: dict[str, list[list[float]]] = {"unary": [], "stream": [], "fdatasync": []}
         for _ in range(rounds):
             for mode in ("unary", "stream", "fdatasync"):
                 if mode == "unary":
@@ -183,19 +178,12 @@ def run(rounds: int, n: int, directory: str, port: int) -> dict[str, dict[str, A
                     samples = bench_stream(channel, n)
                 else:
                     samples = bench_fdatasync(directory, n)
-                per_mode[mode].append((quantile(samples, 0.5), quantile(samples, 0.99)))
+                per_mode[mode].append(samples)
     finally:
         channel.close()
         server.kill()
         server.wait()
-    return {
-        mode: {
-            "p50_ms": round(statistics.median(p for p, _ in got), 3),
-            "p99_ms": round(statistics.median(p for _, p in got), 3),
-            "p50_range": [round(min(p for p, _ in got), 3), round(max(p for p, _ in got), 3)],
-        }
-        for mode, got in per_mode.items()
-    }
+    return round_medians(per_mode)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,11 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(_serve(args.serve))
         return 0
     result = run(args.rounds, args.n, args.dir, args.port)
-    for mode, fig in result.items():
-        print(
-            f"{mode:10} p50 {fig['p50_ms']:.3f} ms  p99 {fig['p99_ms']:.3f} ms  "
-            f"(p50 over rounds {fig['p50_range'][0]:.3f}..{fig['p50_range'][1]:.3f})"
-        )
+    print_round_medians(result)
     print(json.dumps(result))
     return 0
 

@@ -9,6 +9,7 @@ Linux only (/proc).
 from __future__ import annotations
 
 import os
+import statistics
 import struct
 import time
 from typing import Any
@@ -42,6 +43,30 @@ def quantile(samples: list[float], q: float) -> float:
         return float("nan")
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def round_medians(per_mode: dict[str, list[list[float]]]) -> dict[str, dict[str, Any]]:
+    """Each mode's samples (ms) of several rounds -> the medians of the
+    rounds' p50 and p99 and the range of their p50 (the floor benchmarks'
+    summary: single rounds on a shared machine are noise)."""
+    out: dict[str, dict[str, Any]] = {}
+    for mode, rounds in per_mode.items():
+        p50s = [quantile(r, 0.5) for r in rounds]
+        p99s = [quantile(r, 0.99) for r in rounds]
+        out[mode] = {
+            "p50_ms": round(statistics.median(p50s), 3),
+            "p99_ms": round(statistics.median(p99s), 3),
+            "p50_range": [round(min(p50s), 3), round(max(p50s), 3)],
+        }
+    return out
+
+
+def print_round_medians(result: dict[str, dict[str, Any]]) -> None:
+    for mode, fig in result.items():
+        print(
+            f"{mode:10} p50 {fig['p50_ms']:.3f} ms  p99 {fig['p99_ms']:.3f} ms  "
+            f"(p50 over rounds {fig['p50_range'][0]:.3f}..{fig['p50_range'][1]:.3f})"
+        )
 
 
 def proc_cpu_s(pid: int) -> float:
