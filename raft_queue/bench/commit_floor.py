@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import json
 import os
 import queue
 import selectors
@@ -86,7 +85,7 @@ class Journal:
 
 
 def _frames(buf: bytearray) -> list[bytes]:
-    """Whole frames' payloads taken off the front of ``buf``."""
+    """The whole frames (header and payload) taken off the front of ``buf``."""
     out = []
     while len(buf) >= FRAME.size:
         _, n = FRAME.unpack_from(buf)
@@ -133,7 +132,7 @@ def follow(port: int, directory: str) -> None:
 
 
 class Copies:
-    """Durable copies per seq; ``done(seq)`` fires once at two of three."""
+    """Durable copies per seq; ``durable(seq)`` hands back the waiter once, at two of three."""
 
     def __init__(self) -> None:
         self.count: dict[int, int] = {}
@@ -319,11 +318,22 @@ def _processes(mode: str, port: int, directory: str) -> list[subprocess.Popen[st
     if mode == "echo":
         return [start_server(port)]
     peers = [port + 1, port + 2]
-    procs = [_spawn("--follow", str(p), "--dir", directory) for p in peers]
     peer_list = ",".join(map(str, peers))
-    args = ("--lead", str(port), "--mode", mode, "--peers", peer_list, "--dir", directory)
-    procs.append(_spawn(*args))
+    lead = ("--lead", str(port), "--mode", mode, "--peers", peer_list, "--dir", directory)
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for args in [("--follow", str(p), "--dir", directory) for p in peers] + [lead]:
+            procs.append(_spawn(*args))
+    except BaseException:
+        _stop(procs)  # a leader that did not start leaves no follower behind
+        raise
     return procs
+
+
+def _stop(procs: list[subprocess.Popen[str]]) -> None:
+    for proc in procs:
+        proc.kill()
+        proc.wait()
 
 
 def measure(mode: str, n: int, directory: str, port: int) -> list[float]:
@@ -335,9 +345,7 @@ def measure(mode: str, n: int, directory: str, port: int) -> list[float]:
         return bench_stream(channel, n)
     finally:
         channel.close()
-        for proc in procs:
-            proc.kill()
-            proc.wait()
+        _stop(procs)
 
 
 def run(rounds: int, n: int, directory: str, port: int) -> dict[str, dict[str, Any]]:
@@ -368,7 +376,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     result = run(args.rounds, args.n, args.dir, args.port)
     print_round_medians(result)
-    print(json.dumps(result))
     return 0
 
 

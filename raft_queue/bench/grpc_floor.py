@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import queue
 import subprocess
@@ -199,7 +198,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     result = run(args.rounds, args.n, args.dir, args.port)
     print_round_medians(result)
-    print(json.dumps(result))
     return 0
 
 

@@ -8,6 +8,7 @@ Linux only (/proc).
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import struct
@@ -62,11 +63,13 @@ def round_medians(per_mode: dict[str, list[list[float]]]) -> dict[str, dict[str,
 
 
 def print_round_medians(result: dict[str, dict[str, Any]]) -> None:
+    """One line a mode, then the whole result as one JSON line."""
     for mode, fig in result.items():
         print(
             f"{mode:10} p50 {fig['p50_ms']:.3f} ms  p99 {fig['p99_ms']:.3f} ms  "
             f"(p50 over rounds {fig['p50_range'][0]:.3f}..{fig['p50_range'][1]:.3f})"
         )
+    print(json.dumps(result))
 
 
 def proc_cpu_s(pid: int) -> float:
