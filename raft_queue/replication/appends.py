@@ -144,8 +144,10 @@ class AppendEntriesFixes(SyncObj):
             _stage("s.ack_rx")
             before = self._SyncObj__raftMatchIndex.get(node)
             SyncObj._SyncObj__onMessageReceived(self, node, message)
-            if self._SyncObj__raftMatchIndex.get(node) != before or not message["success"]:
-                self._on_activity()  # the commit index may move: tick now
+            if not message["success"] or (
+                self._SyncObj__raftMatchIndex.get(node) != before and self.commit_may_move()
+            ):
+                self._on_activity()  # the commit index moves (or a retry is owed): tick now
             return
         self._on_activity()
         SyncObj._SyncObj__onMessageReceived(self, node, message)

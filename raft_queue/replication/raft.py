@@ -414,7 +414,7 @@ class SafeSyncObj(AppendEntriesFixes, PreVote, TickFixes):
     def on_sync_done(self, job: SyncJob) -> None:
         """Driver thread, when an I/O thread finished ``job``: send the acks
         it allows, begin the next sync if more was written meanwhile, and
-        let a leader count its copy (tick)."""
+        let a leader tick if its copy makes a majority (commit_may_move)."""
         if self._closed:
             return
         journal = self._SyncObj__raftLog
@@ -422,10 +422,7 @@ class SafeSyncObj(AppendEntriesFixes, PreVote, TickFixes):
         self.probe.synced(job.seconds)
         journal.end_sync(job)
         self.flush_durable()
-        if (
-            self._SyncObj__raftState == _RAFT_STATE.LEADER
-            and journal.durable_index > self._SyncObj__raftCommitIndex
-        ):
+        if self._SyncObj__raftState == _RAFT_STATE.LEADER and self.commit_may_move():
             self._on_activity()
 
     def _send_synced_acks(self) -> None:

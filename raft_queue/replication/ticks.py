@@ -124,15 +124,26 @@ class TickFixes(SyncObj):
     def flush_durable(self) -> None:  # SafeSyncObj's (raft.py)
         raise NotImplementedError
 
-    def _advance_commit(self) -> None:
-        """Commit the highest current-term entry that a majority holds on disk
-        (the leader's copy up to its journal's durable_index)."""
+    def _majority_index(self) -> int:
+        """The highest index a majority holds on disk (the leader's copy up to
+        its journal's durable_index, a follower's up to its matchIndex)."""
         log_ = self._SyncObj__raftLog
-        others = self._SyncObj__otherNodes
         match = self._SyncObj__raftMatchIndex
-        copies = [log_.durable_index, *(match.get(n, 0) for n in others)]
+        copies = [log_.durable_index, *(match.get(n, 0) for n in self._SyncObj__otherNodes)]
         copies.sort(reverse=True)
-        majority = min(copies[len(copies) // 2], log_[-1][1])
+        return int(min(copies[len(copies) // 2], log_[-1][1]))
+
+    def commit_may_move(self) -> bool:
+        """Leader: whether a tick would move the commit index now. An ack or a
+        sync that leaves it where it is needs no tick of its own: on W1 the
+        leader's own sync and the second follower's ack were two of its four
+        rounds per send, and neither commits anything."""
+        return self._majority_index() > self._SyncObj__raftCommitIndex
+
+    def _advance_commit(self) -> None:
+        """Commit the highest current-term entry that a majority holds on disk."""
+        log_ = self._SyncObj__raftLog
+        majority = self._majority_index()
         commit = self._SyncObj__raftCommitIndex
         if majority > commit:
             entry = self._SyncObj__getEntries(majority, 1)

@@ -171,3 +171,29 @@ def test_a_busy_host_hands_the_sync_to_the_threads(tmp_path: Path) -> None:
         assert acks(rec) == [4]
     finally:
         obj.syncer.stop()
+
+
+def test_the_leader_ticks_only_for_an_ack_or_sync_that_can_commit(tmp_path: Path) -> None:
+    """Its own sync ending first and the second follower's ack commit
+    nothing: they ask for no tick (two of the four driver rounds of a W1
+    send). The ack that makes a majority does; so does a refused ack."""
+    obj, syncs = journaled(tmp_path, [addr(), addr()])
+    wire(obj)
+    obj._SyncObj__setCurrentTerm(1, None)
+    obj._SyncObj__onBecomeLeader()
+    noop = obj._SyncObj__getCurrentLogIndex()
+    ticks: list[int] = []
+    obj._on_activity = lambda: ticks.append(1)
+    first, second = sorted(obj._SyncObj__otherNodes, key=lambda n: n.address)
+    ack = {"type": "next_node_idx", "next_node_idx": noop + 1, "reset": False, "success": True}
+    syncs.finish()
+    assert obj._SyncObj__raftLog.durable_index == noop
+    assert ticks == [], "the leader's copy alone is no majority"
+    obj._SyncObj__onMessageReceived(first, dict(ack))
+    assert ticks == [1], "leader + one follower commit: tick"
+    obj._raft_tick()
+    assert obj.raftCommitIndex == noop
+    obj._SyncObj__onMessageReceived(second, dict(ack))
+    assert ticks == [1], "the second ack moves no commit index"
+    obj._SyncObj__onMessageReceived(second, dict(ack, success=False, reset=True))
+    assert ticks == [1, 1], "a refused ack is a retry to arrange: tick"
