@@ -27,6 +27,14 @@ Two leader shapes, each in its own fresh processes:
   hand-offs" the W1 notes asked about: the difference between the two is what
   such a redesign could gain at best.
 
+- ``pysyncobj``: the Raft library itself behind the same stream. Three
+  processes run pysyncobj 0.3.17 as it ships (replication/bare.py: its own
+  tick thread, ``appendEntriesUseBatch=False``, a pickled counter command);
+  the leader's stream handler appends through it and answers when the
+  library applies. No journal sync (the library has none: hazard 3), so it
+  is a lower bound for any W1 built on pysyncobj: with ``threads`` it shows
+  how much of raft_queue's W1 is the library and how much is ours.
+
 ``echo`` (grpc_floor's stream echo, no disk, no followers) is measured in the
 same rounds for reference. Modes are interleaved in ``--rounds`` rounds and the
 medians of the rounds' percentiles are printed::
@@ -56,11 +64,12 @@ import grpc
 from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.bench.grpc_floor import bench_stream, start_server
 from raft_queue.bench.measure import print_round_medians, round_medians
+from raft_queue.replication import bare
 
 FRAME = struct.Struct("<QI")  # seq, payload length (leader -> follower)
 ACK = struct.Struct("<Q")  # seq (follower -> leader)
 JOURNAL_BYTES = 64 << 20  # preallocated as replication/diskfiles.py does: no size change to sync
-MODES = ("echo", "threads", "loop")
+MODES = ("echo", "threads", "loop", "pysyncobj")
 
 
 class Journal:
@@ -279,6 +288,25 @@ async def lead(port: int, mode: str, peers: list[int], directory: str) -> None:
         async def commit(payload: bytes) -> int:
             return await looped.submit(payload)
 
+    await serve(port, commit, "ready")
+
+
+async def bare_node(index: int, port: int) -> None:
+    """Mode ``pysyncobj``: member ``index`` of a bare pysyncobj group on raft
+    ports ``port + 3 ..``, serving the stream on ``port + index``; it prints
+    whether it leads, for the client to pick the leader's port."""
+    raft = [f"127.0.0.1:{port + 3 + i}" for i in range(3)]
+    log = bare.start(raft[index], [a for i, a in enumerate(raft) if i != index])
+
+    async def commit(payload: bytes) -> int:
+        return await bare.commit(log, payload)
+
+    await serve(port + index, commit, "ready leader" if bare.leads(log) else "ready follower")
+
+
+async def serve(port: int, commit: Any, ready: str) -> None:
+    """The stream every leader shape answers: one SendResponse per request, once committed."""
+
     async def stream(requests: Any, context: Any) -> Any:
         async for request in requests:
             offset = await commit(request.SerializeToString())
@@ -294,29 +322,59 @@ async def lead(port: int, mode: str, peers: list[int], directory: str) -> None:
     server.add_generic_rpc_handlers((generic,))
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
-    print("ready", flush=True)
+    print(ready, flush=True)
     await server.wait_for_termination()
 
 
 # ---- orchestration ---------------------------------------------------------------------------
 
 
-def _spawn(*args: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
+def _launch(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
         [sys.executable, "-m", "raft_queue.bench.commit_floor", *args],
         stdout=subprocess.PIPE,
         text=True,
     )
+
+
+def _ready(proc: subprocess.Popen[str]) -> str:
+    """What ``proc`` printed after "ready" ("" or its role); it is killed if it
+    printed anything else (it failed to start)."""
     assert proc.stdout is not None
-    if proc.stdout.readline().strip() != "ready":
+    line = proc.stdout.readline().strip()
+    if line.split(" ")[0] != "ready":
         proc.kill()
-        raise RuntimeError(f"commit_floor {' '.join(args)} did not start")
+        raise RuntimeError(f"{proc.args!r} did not start")
+    return line[len("ready") :].strip()
+
+
+def _spawn(*args: str) -> subprocess.Popen[str]:
+    proc = _launch(*args)
+    _ready(proc)
     return proc
 
 
-def _processes(mode: str, port: int, directory: str) -> list[subprocess.Popen[str]]:
+def _bare_processes(port: int) -> tuple[list[subprocess.Popen[str]], int]:
+    """Three bare pysyncobj members (started together: none is ready before a
+    leader is elected) and the stream port of the one that leads."""
+    procs = [_launch("--bare", str(i), "--port", str(port)) for i in range(3)]
+    try:
+        roles = [_ready(proc) for proc in procs]
+    except BaseException:
+        _stop(procs)
+        raise
+    if roles.count("leader") != 1:
+        _stop(procs)
+        raise RuntimeError(f"pysyncobj: roles {roles}, not one leader")
+    return procs, port + roles.index("leader")
+
+
+def _processes(mode: str, port: int, directory: str) -> tuple[list[subprocess.Popen[str]], int]:
+    """The processes of ``mode`` and the port its client sends to."""
     if mode == "echo":
-        return [start_server(port)]
+        return [start_server(port)], port
+    if mode == "pysyncobj":
+        return _bare_processes(port)
     peers = [port + 1, port + 2]
     peer_list = ",".join(map(str, peers))
     lead = ("--lead", str(port), "--mode", mode, "--peers", peer_list, "--dir", directory)
@@ -327,7 +385,7 @@ def _processes(mode: str, port: int, directory: str) -> list[subprocess.Popen[st
     except BaseException:
         _stop(procs)  # a leader that did not start leaves no follower behind
         raise
-    return procs
+    return procs, port
 
 
 def _stop(procs: list[subprocess.Popen[str]]) -> None:
@@ -338,8 +396,8 @@ def _stop(procs: list[subprocess.Popen[str]]) -> None:
 
 def measure(mode: str, n: int, directory: str, port: int) -> list[float]:
     """``n`` one-at-a-time sends' round trips (ms) on fresh processes of ``mode``."""
-    procs = _processes(mode, port, directory)
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    procs, target = _processes(mode, port, directory)
+    channel = grpc.insecure_channel(f"127.0.0.1:{target}")
     try:
         bench_stream(channel, 200)  # warm: connection, first-call paths, the journal's pages
         return bench_stream(channel, n)
@@ -361,7 +419,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--n", type=int, default=2000, help="sends per mode and round")
     parser.add_argument("--dir", default=".", help="where the journals go (the nodes' disk)")
-    parser.add_argument("--port", type=int, default=17580, help="leader; followers on +1, +2")
+    parser.add_argument(
+        "--port", type=int, default=17580, help="the first of 6 ports (leader; followers +1, +2)"
+    )
+    parser.add_argument("--bare", type=int, default=-1, help=argparse.SUPPRESS)
     parser.add_argument("--follow", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--lead", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=("threads", "loop"), help=argparse.SUPPRESS)
@@ -369,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.follow:
         follow(args.follow, args.dir)
+        return 0
+    if args.bare >= 0:
+        asyncio.run(bare_node(args.bare, args.port))
         return 0
     if args.lead:
         peers = [int(p) for p in args.peers.split(",")]

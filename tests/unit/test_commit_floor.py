@@ -36,6 +36,6 @@ def test_frames_and_acks_are_taken_whole_across_any_split() -> None:
 @pytest.mark.integration
 @pytest.mark.parametrize("mode", cf.MODES)
 def test_each_shape_answers_every_send(mode: str, tmp_path: object) -> None:
-    samples = cf.measure(mode, 50, str(tmp_path), free_block(3))
+    samples = cf.measure(mode, 50, str(tmp_path), free_block(6))
     assert len(samples) == 50
     assert all(s > 0 for s in samples)
