@@ -191,11 +191,11 @@ class ReplicatedGroup(SafeSyncObj):
             except Exception:
                 log.exception("on_failed hook of %s", self.key)
 
-    def flush_durable(self) -> None:
+    def flush_durable(self, inline: bool = False) -> None:
         if self._closed:
             return
         try:
-            super().flush_durable()
+            super().flush_durable(inline)
         except OSError as exc:  # an inline journal sync failed (no sync threads)
             self.fail_stop(f"journal sync failed: {_describe(exc)}")
 

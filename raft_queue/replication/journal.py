@@ -153,6 +153,7 @@ class SyncedJournal:
         # on disk (a kill keeps the page cache): the first sync covers it.
         self.written = 1
         self.synced = 0
+        self.pending_bytes = 0  # commands added since the last sync began
         # The last log index a completed sync covers (entries after a
         # truncation point are not covered, whatever their index).
         self.durable_index = 0
@@ -206,6 +207,7 @@ class SyncedJournal:
             self.on_failure()
             raise
         self.written += 1
+        self.pending_bytes += len(command)
         self.probe.appended(len(command))
 
     def clear(self) -> None:
@@ -319,6 +321,7 @@ class SyncedJournal:
             _remove_quietly(job.copy)
 
     def _job(self) -> SyncJob | None:
+        self.pending_bytes = 0
         last = self._inner[-1][1] if len(self._inner) else 0
         if not (self._enabled and self._fd is not None):
             self.synced = self.written

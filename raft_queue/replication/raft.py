@@ -89,7 +89,7 @@ from raft_queue.replication import entries
 from raft_queue.replication.appends import AppendEntriesFixes
 from raft_queue.replication.journal import SyncedJournal, SyncJob, fsync_dir
 from raft_queue.replication.prevote import PreVote
-from raft_queue.replication.syncs import SyncThreads
+from raft_queue.replication.syncs import LEADER_INLINE, LEADER_INLINE_BYTES, SyncThreads
 from raft_queue.replication.ticks import TickFixes
 from raft_queue.replication.wire import LinkTransport, ProxiedNode
 
@@ -393,9 +393,11 @@ class SafeSyncObj(AppendEntriesFixes, PreVote, TickFixes):
         pass
 
     # ---- durability (hazard 3) -------------------------------------------------
-    def flush_durable(self) -> None:
+    def flush_durable(self, inline: bool = False) -> None:
         """Begin a sync of what was written (or, without a syncer, sync now),
-        then send the acks that syncs already cover."""
+        then send the acks that syncs already cover. A follower's sync may run
+        here on the driver (``SyncThreads.run_inline``); a leader's only when
+        asked (``inline``: its AppendEntries are out already, ticks.py)."""
         journal = self._SyncObj__raftLog
         if self.syncer is None:
             journal.sync()
@@ -403,9 +405,9 @@ class SafeSyncObj(AppendEntriesFixes, PreVote, TickFixes):
             job = journal.begin_sync()
             if job is not None:
                 _stage("x.sync_begin")
-                if self._SyncObj__raftState == _RAFT_STATE.FOLLOWER and self.syncer.run_inline(
-                    job, self.on_sync_done
-                ):
+                if (
+                    inline or self._SyncObj__raftState == _RAFT_STATE.FOLLOWER
+                ) and self.syncer.run_inline(job, self.on_sync_done):
                     return  # on_sync_done sent the acks the sync allows
                 self.syncer.submit(job, self.on_sync_done)
         if self._pending_acks:
@@ -442,6 +444,16 @@ class SafeSyncObj(AppendEntriesFixes, PreVote, TickFixes):
             else:
                 keep.append(ack)
         self._pending_acks = keep
+
+    def sync_inline_now(self) -> bool:
+        """Leader: whether to sync what was appended on the driver, after the
+        AppendEntries went out (ticks.py): a small write on a quiet host."""
+        return (
+            LEADER_INLINE
+            and self.syncer is not None
+            and self._SyncObj__raftLog.pending_bytes <= LEADER_INLINE_BYTES
+            and self.syncer.would_inline()
+        )
 
     def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N803
         self.flush_durable()  # acks a completed sync allows; own copy counted up to it

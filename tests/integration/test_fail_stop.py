@@ -139,3 +139,24 @@ def test_a_failed_journal_fsync_is_never_retried_as_success(
     status = victim.status()
     assert status["role"] == "failed" and "journal sync failed" in status["failure"]
     assert_equal_after_restart(group, victim)
+
+
+def test_a_leader_whose_journal_fsync_fails_stops_and_another_leads(
+    group: list[PartitionReplica],
+) -> None:
+    """The leader's own sync (inline on its driver for a small entry, after
+    the AppendEntries went out: replication/syncs.py) fails: it stops at
+    once, its entry's waiter is told Unavailable (never success), and the
+    others elect a leader and carry on; after a restart all three agree."""
+    send(group, 0, 3)
+    victim = leader_of(group)
+    sync = install_failing_sync(victim, failures=1, code=errno.EIO)
+    sync.arm()
+    with pytest.raises(errors.QueueError):
+        victim.submit(append(3)).result(10)
+    wait_for(lambda: sync.failed == 1, 30)
+    assert victim.failed and not victim.is_leader()
+    assert "journal sync failed" in victim.status()["failure"]
+    send(group, 4, 20, exclude=victim)
+    assert sync.after_failure == 0, "a failed fdatasync was retried"
+    assert_equal_after_restart(group, victim)

@@ -17,7 +17,7 @@ from test_raft_hazards import addr, append_entries, entry, leader_node, make_obj
 
 from raft_queue.replication.journal import SyncJob
 from raft_queue.replication.raft import make_conf
-from raft_queue.replication.syncs import SyncThreads
+from raft_queue.replication.syncs import LEADER_INLINE_BYTES, SyncThreads
 
 
 class HeldSyncs:
@@ -197,3 +197,62 @@ def test_the_leader_ticks_only_for_an_ack_or_sync_that_can_commit(tmp_path: Path
     assert ticks == [1], "the second ack moves no commit index"
     obj._SyncObj__onMessageReceived(second, dict(ack, success=False, reset=True))
     assert ticks == [1, 1], "a refused ack is a retry to arrange: tick"
+
+
+def _leader_with_inline_syncs(tmp_path: Path, monkeypatch: Any) -> tuple[Any, Any, list[str]]:
+    """A leader of three on a quiet host (syncs may run inline), its no-op
+    synced; ``order`` records each AppendEntries with entries and each fdatasync."""
+    obj, held = journaled(tmp_path, [addr(), addr()])
+    rec = wire(obj)
+    obj._SyncObj__setCurrentTerm(1, None)
+    obj._SyncObj__onBecomeLeader()
+    held.finish()
+    posted: list[Any] = []
+    obj.syncer = SyncThreads(posted.append, threads=0, quiet=lambda: True)
+    order: list[str] = []
+    real_send, real_sync = rec.__call__, os.fdatasync
+
+    def send(node: Any, message: dict[str, Any]) -> bool:
+        if message.get("entries"):
+            order.append("ae")
+        return real_send(node, message)
+
+    def fdatasync(fd: int) -> None:
+        order.append("sync")
+        real_sync(fd)
+
+    obj._SyncObj__transport.send = send
+    obj._SyncObj__connectedNodes.update(obj._SyncObj__otherNodes)  # AppendEntries go out
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    return obj, posted, order
+
+
+def test_a_leader_sends_a_small_entry_first_then_syncs_it_on_the_driver(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A one-message entry on a quiet host: both AppendEntries go out, then
+    the leader's fdatasync runs inline (the followers sync meanwhile), and
+    its end needs neither an I/O thread nor a round of its own."""
+    obj, posted, order = _leader_with_inline_syncs(tmp_path, monkeypatch)
+    obj._applyCommand(b"\x00\xa2small", lambda res, err: None)
+    ticks: list[int] = []
+    obj._on_activity = lambda: ticks.append(1)
+    obj._raft_tick()
+    last = obj._SyncObj__getCurrentLogIndex()
+    assert order == ["ae", "ae", "sync"], order
+    assert obj._SyncObj__raftLog.durable_index == last
+    assert obj.syncer.inlined == 1 and posted == []
+    assert ticks == [], "the leader's copy alone commits nothing: no tick asked"
+
+
+def test_a_leader_hands_a_large_entry_to_the_threads_before_sending_it(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Over LEADER_INLINE_BYTES (a W2 batch) the sync is begun on the I/O
+    threads before the AppendEntries: the driver is not held by it."""
+    obj, _, order = _leader_with_inline_syncs(tmp_path, monkeypatch)
+    obj._applyCommand(b"\x00\xa2" + b"x" * (LEADER_INLINE_BYTES + 1), lambda res, err: None)
+    obj._raft_tick()
+    assert order == ["ae", "ae"], "synced on the driver"
+    assert obj.syncer.inlined == 0
+    assert obj._SyncObj__raftLog.inflight is not None, "no sync begun before the sends"
