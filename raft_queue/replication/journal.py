@@ -154,6 +154,7 @@ class SyncedJournal:
         self.written = 1
         self.synced = 0
         self.pending_bytes = 0  # commands added since the last sync began
+        self.last_sync_s = 0.0  # how long the last completed fdatasync took
         # The last log index a completed sync covers (entries after a
         # truncation point are not covered, whatever their index).
         self.durable_index = 0
@@ -341,6 +342,7 @@ class SyncedJournal:
             else:
                 _remove_quietly(job.copy)
         self.syncs += 1
+        self.last_sync_s = job.seconds
         self.synced = max(self.synced, job.seq)
         self.durable_index = max(self.durable_index, job.last_index)
 

@@ -89,7 +89,12 @@ from raft_queue.replication import entries
 from raft_queue.replication.appends import AppendEntriesFixes
 from raft_queue.replication.journal import SyncedJournal, SyncJob, fsync_dir
 from raft_queue.replication.prevote import PreVote
-from raft_queue.replication.syncs import LEADER_INLINE, LEADER_INLINE_BYTES, SyncThreads
+from raft_queue.replication.syncs import (
+    LEADER_INLINE,
+    LEADER_INLINE_BYTES,
+    LEADER_INLINE_SYNC_S,
+    SyncThreads,
+)
 from raft_queue.replication.ticks import TickFixes
 from raft_queue.replication.wire import LinkTransport, ProxiedNode
 
@@ -447,11 +452,14 @@ class SafeSyncObj(AppendEntriesFixes, PreVote, TickFixes):
 
     def sync_inline_now(self) -> bool:
         """Leader: whether to sync what was appended on the driver, after the
-        AppendEntries went out (ticks.py): a small write on a quiet host."""
+        AppendEntries went out (ticks.py): a small write, a fast disk (the
+        last sync), a quiet host (syncs.py)."""
+        journal = self._SyncObj__raftLog
         return (
             LEADER_INLINE
             and self.syncer is not None
-            and self._SyncObj__raftLog.pending_bytes <= LEADER_INLINE_BYTES
+            and journal.pending_bytes <= LEADER_INLINE_BYTES
+            and journal.last_sync_s <= LEADER_INLINE_SYNC_S
             and self.syncer.would_inline()
         )
 

@@ -32,8 +32,11 @@ A leader syncs inline too when what it appended is small
 receive, sync and ack as the I/O thread's did, and its end needs no
 hand-off and no driver round of its own (W1: rounds per send 3.9 -> 2.9).
 A large entry (W2's batches) still goes to the threads, begun before the
-sends, so the driver is never held by a long sync. ``RAFTQ_LEADER_INLINE=0``
-turns this part off (A/B).
+sends, and so does every sync while the last one took over
+``LEADER_INLINE_SYNC_S``: the driver is never held by a long sync (tried
+without that bound on 2026-11-26, on a slower disk under load, the leader's
+inline sync delayed the acks behind it: docs/benchmarks.md).
+``RAFTQ_LEADER_INLINE=0`` turns this part off (A/B).
 """
 
 from __future__ import annotations
@@ -57,6 +60,12 @@ LEADER_INLINE = INLINE and os.environ.get("RAFTQ_LEADER_INLINE", "1") != "0"
 # KB): a W2 entry of 1,000 messages (~150 KB) would hold its driver, and the
 # requests queued behind it, for the fdatasync's whole length.
 LEADER_INLINE_BYTES = 4 << 10
+# ... and only while its disk is fast: its driver sits in the fdatasync, so an
+# ack arriving meanwhile waits for it, and a commit that two followers could
+# make alone waits for the leader's disk. Below a follower's whole round trip
+# (~0.5 ms on W1) the ack cannot arrive before the sync ends anyway. The last
+# completed sync is the estimate; a slow one sends the next to the threads.
+LEADER_INLINE_SYNC_S = 0.0002
 
 
 class SyncThreads:

@@ -17,7 +17,7 @@ from test_raft_hazards import addr, append_entries, entry, leader_node, make_obj
 
 from raft_queue.replication.journal import SyncJob
 from raft_queue.replication.raft import make_conf
-from raft_queue.replication.syncs import LEADER_INLINE_BYTES, SyncThreads
+from raft_queue.replication.syncs import LEADER_INLINE_BYTES, LEADER_INLINE_SYNC_S, SyncThreads
 
 
 class HeldSyncs:
@@ -207,6 +207,7 @@ def _leader_with_inline_syncs(tmp_path: Path, monkeypatch: Any) -> tuple[Any, An
     obj._SyncObj__setCurrentTerm(1, None)
     obj._SyncObj__onBecomeLeader()
     held.finish()
+    obj._SyncObj__raftLog.last_sync_s = 0.0  # a fast disk (the test's may not be)
     posted: list[Any] = []
     obj.syncer = SyncThreads(posted.append, threads=0, quiet=lambda: True)
     order: list[str] = []
@@ -256,3 +257,16 @@ def test_a_leader_hands_a_large_entry_to_the_threads_before_sending_it(
     assert order == ["ae", "ae"], "synced on the driver"
     assert obj.syncer.inlined == 0
     assert obj._SyncObj__raftLog.inflight is not None, "no sync begun before the sends"
+
+
+def test_after_a_slow_sync_a_leader_syncs_on_the_threads_again(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """While its disk is slow (the last sync over LEADER_INLINE_SYNC_S) the
+    driver must not sit in a sync: an ack arriving meanwhile would wait."""
+    obj, _, order = _leader_with_inline_syncs(tmp_path, monkeypatch)
+    obj._SyncObj__raftLog.last_sync_s = LEADER_INLINE_SYNC_S * 10
+    obj._applyCommand(b"\x00\xa2small", lambda res, err: None)
+    obj._raft_tick()
+    assert order == ["ae", "ae"] and obj.syncer.inlined == 0
+    assert obj._SyncObj__raftLog.inflight is not None
