@@ -110,9 +110,15 @@ class SimSyncer:
         delay = rng.uniform(0.0005, 0.004) if rng.random() < 0.8 else rng.uniform(0.005, 0.3)
         self.net.schedule(delay, "sync", self.me, (job, done))
 
+    def would_inline(self) -> bool:
+        """Whether ``run_inline`` may run a sync (a leader then sends its
+        AppendEntries first: ticks.py); it still decides by its draw."""
+        return self.net.inline_share > 0
+
     def run_inline(self, job: Any, done: Any) -> bool:
-        """A follower's sync on its driver thread (syncs.SyncThreads), for
-        ``net.inline_share`` of them: done at once, acks with it."""
+        """A sync on its driver thread (syncs.SyncThreads), a follower's or a
+        leader's after its sends, for ``net.inline_share`` of them: done at
+        once, acks with it."""
         if self.net.inline_share <= 0 or self.net.rng.random() >= self.net.inline_share:
             return False
         job.run()
@@ -208,7 +214,7 @@ class Net:
     ) -> None:
         self.rng = random.Random(seed)
         self.compact_every = compact_every
-        self.inline_share = inline_share  # followers' syncs run inline (SimSyncer)
+        self.inline_share = inline_share  # syncs run inline (SimSyncer)
         self.clock = SimClock()
         self.base = base
         self.addresses = [f"127.0.0.1:{30000 + i}" for i in range(nodes)]
@@ -412,7 +418,7 @@ class Net:
 
 def run(seed: int, steps: int = 20000, nodes: int = 3, inline_share: float = 0.0) -> Report:
     """One seeded run; the report's ``violations`` are safety failures.
-    ``inline_share``: the share of followers' syncs run inline (SimSyncer)."""
+    ``inline_share``: the share of syncs run inline (SimSyncer), leaders' too."""
     with tempfile.TemporaryDirectory(prefix="raftsim-") as base:
         random.seed(seed)  # pysyncobj's election timeouts and pre-vote's jitter
         net = Net(seed, nodes, base, inline_share=inline_share)
