@@ -144,7 +144,7 @@ async def serve(config: config_mod.NodeConfig) -> None:
     # Health per service follows readiness from here on (observability/health.py).
     await observe.start(cluster, liveness, node_service, health_servicer, (names[0], names[1]))
     tasks = [
-        asyncio.create_task(node.reconcile_forever()),
+        asyncio.create_task(node.reconcile_forever(cluster.barrier.vouch)),
         asyncio.create_task(registration_loop(cluster, config.cluster.heartbeat_period_s)),
         asyncio.create_task(Housekeeper(cluster, queue_service.sender).run_forever()),
         asyncio.create_task(liveness.run_forever()),

@@ -52,6 +52,16 @@ OPEN_TIMEOUT_S = 30.0  # reconcile waits this long for a replica to open, per ro
 # preference, Configure on new leaders, retries). Each round visits every
 # replica: at 0.2 s it cost ~2 % of a core at 256 replicas.
 RESCAN_S = 1.0
+# Right after a start the view may be the metadata snapshot only (a voter
+# learns the commit index from a leader: server/control/metadata_barrier.py).
+# A replica opened from it gets the peers of an assignment a move has since
+# changed, and is never re-peered: opened before the move's membership
+# entries are known to be committed, it dialled none of its group's current
+# members and waited for ever (tests/integration/test_operations_grow.py,
+# once in a fresh-clone run). So the first reconcile waits until the view is
+# vouched for, this long at most (then it opens from the view it has, as
+# before: a metadata outage must not keep the data plane closed).
+FIRST_OPEN_WAIT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,8 +280,12 @@ class Node:
                         out[f"{n.raft_host}:{r.raft_port}"] = r.node_id
         return out
 
-    async def reconcile_forever(self) -> None:
-        """Make local replicas match the assignments; react to every change."""
+    async def reconcile_forever(self, vouch: Callable[[], Any] | None = None) -> None:
+        """Make local replicas match the assignments; react to every change.
+        ``vouch`` (the metadata barrier's): awaited before the first round,
+        until it returns or FIRST_OPEN_WAIT_S passed (FIRST_OPEN_WAIT_S's note)."""
+        if vouch is not None:
+            await self._until_vouched(vouch, FIRST_OPEN_WAIT_S)
         while True:
             try:
                 await asyncio.get_running_loop().run_in_executor(None, self.reconcile)
@@ -280,6 +294,19 @@ class Node:
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout=RESCAN_S)
+
+    async def _until_vouched(self, vouch: Callable[[], Any], wait_s: float) -> None:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                await vouch()
+                return
+            except Exception as exc:  # Unavailable (not yet), or the leader unreachable
+                log.debug("replicas wait for the metadata view: %s", exc)
+            await asyncio.sleep(0.2)
+        log.warning(
+            "metadata view not vouched for after %.0f s: opening replicas from it as it is", wait_s
+        )
 
     def reconcile(self) -> None:
         wanted = self._wanted_replicas()

@@ -49,3 +49,43 @@ def test_a_replica_that_opens_slowly_is_adopted_not_opened_twice(
         assert len(node.host.keys()) == 3  # the metadata group and two partitions
     finally:
         node.stop()
+
+
+def test_replicas_open_only_once_the_metadata_view_is_vouched_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Right after a start the view may be the metadata snapshot only: a
+    replica opened from it may get the peers of an assignment a move has
+    since changed, and is never re-peered. The first reconcile waits for
+    the barrier's vouch; one that never comes is waited out
+    (FIRST_OPEN_WAIT_S), so a metadata outage does not keep the data plane closed."""
+    with LocalCluster(tmp_path / "c", nodes=1) as cluster:
+        cluster.start()
+        cluster.wait_ready(60)
+    rounds: list[float] = []
+    monkeypatch.setattr(Node, "reconcile", lambda self: rounds.append(time.monotonic()))
+    node = Node(config_mod.load(cluster.specs[0].config_path))
+    vouched: list[float] = []
+
+    async def vouch() -> None:
+        if len(vouched) < 3:
+            vouched.append(time.monotonic())
+            raise node_mod.errors.Unavailable("view behind")
+        vouched.append(time.monotonic())
+
+    async def never() -> None:
+        raise node_mod.errors.Unavailable("no metadata leader")
+
+    async def run(v: Any, secs: float) -> None:
+        task = asyncio.create_task(node.reconcile_forever(v))
+        await asyncio.sleep(secs)
+        task.cancel()
+
+    asyncio.run(run(vouch, 1.5))
+    assert len(vouched) == 4 and rounds, "no reconcile after the vouch"
+    assert rounds[0] >= vouched[-1], "a replica was opened before the view was vouched for"
+    rounds.clear()
+    monkeypatch.setattr(node_mod, "FIRST_OPEN_WAIT_S", 0.5)
+    started = time.monotonic()
+    asyncio.run(run(never, 1.5))
+    assert rounds and rounds[0] - started >= 0.5, "waited less than FIRST_OPEN_WAIT_S"
