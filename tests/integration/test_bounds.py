@@ -178,8 +178,9 @@ async def _polls_and_one_send(c: LocalCluster, queue: str) -> dict[str, Any]:
     await sender.Send(
         queue_pb2.SendRequest(queue=queue, entries=[queue_pb2.SendEntry(body=b"x")]), metadata=md(c)
     )
-    done, _ = await asyncio.wait(tasks, timeout=10, return_when=asyncio.FIRST_COMPLETED)
-    out["answered"] = [list(t.result().messages) for t in done]
+    answered, cancelled = await _answers(tasks, 10.0)
+    out["answered"] = answered
+    out["cancelled_late"] = cancelled
     settled = await asyncio.get_running_loop().run_in_executor(None, settled_entries, c, queue)
     out["entries"] = settled - before  # the send's entry and what it set off
     out["rss_after"] = rss_bytes(pid)
@@ -190,6 +191,33 @@ async def _polls_and_one_send(c: LocalCluster, queue: str) -> dict[str, Any]:
     for ch in channels:
         await ch.close()
     return out
+
+
+async def _answers(tasks: list[Any], timeout_s: float) -> tuple[list[list[Any]], int]:
+    """The messages of each poll that answered within ``timeout_s`` (until one
+    did), and how many ended CANCELLED meanwhile: on a loaded machine the
+    transport may still cancel a stream it had opened (as in the waves
+    above), and such a poll ended without an answer: it was never given the
+    message. Any other error is raised."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    answered: list[list[Any]] = []
+    cancelled, seen = 0, set()
+    while not answered and loop.time() < deadline:
+        pending = [t for t in tasks if t not in seen]
+        done, _ = await asyncio.wait(
+            pending, timeout=deadline - loop.time(), return_when=asyncio.FIRST_COMPLETED
+        )
+        for t in done:
+            seen.add(t)
+            exc = t.exception()
+            if exc is None:
+                answered.append(list(t.result().messages))
+            elif isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.CANCELLED:
+                cancelled += 1
+            else:
+                raise exc
+    return answered, cancelled
 
 
 def test_2000_long_polls_a_send_is_one_raft_entry_and_memory_stays_bounded(
@@ -208,7 +236,8 @@ def test_2000_long_polls_a_send_is_one_raft_entry_and_memory_stays_bounded(
     print("2,000 polls:", {k: v for k, v in got.items() if k != "answered"})
     assert got["in_flight"] >= POLLS
     assert [len(m) for m in got["answered"]] == [1], "exactly one poll gets the message"
-    assert got["still_waiting"] == POLLS - 1
+    assert got["still_waiting"] == POLLS - 1 - got["cancelled_late"]
+    assert got["cancelled_late"] < POLLS // 10, "the transport cancelled polls wholesale"
     # The Append and the one Lease that can use it share the send's entry: it
     # costs what a send to a queue nobody polls costs, not 2,000 Leases more.
     assert got["entries"] == alone
