@@ -29,6 +29,9 @@ retry: never a final answer that may be false. Used by
   for, it vouches and looks once more;
 - a metadata leader deciding from its view (``Queues.create``);
 - readiness (observability/health.py): not ready until vouched once.
+- the node's first reconcile (``Node.reconcile_forever``): partition
+  replicas open from a vouched view (at most ``FIRST_OPEN_WAIT_S`` later),
+  so none gets the peers of an assignment a move has since changed.
 
 Only misses and refusals pay this; a found queue pays nothing.
 """
