@@ -99,6 +99,9 @@ def plain_blob(body: bytes, key: str, dedup_id: str) -> bytes:
     return _BLOB.pack(0, len(dedup_raw), len(key_raw), 0) + dedup_raw + key_raw + body
 
 
+BARE_HEAD = plain_blob(b"", "", "")  # the blob of a body-only record is this + its body
+
+
 def from_blob(blob: bytes) -> NewRecord:
     """Inverse of ``to_blob``; Malformed if ``blob`` is not one."""
     delay_ms, dedup_id, key, headers, body = _parse(blob, 0)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from operator import sub
 from typing import NamedTuple
 
-from raft_queue.core.records import BLOB_HEADER_SIZE, Headers
+from raft_queue.core.records import BARE_HEAD, BLOB_HEADER_SIZE, Headers
 from raft_queue.core.segments import HAS_DEDUP, HAS_HEADERS, HAS_KEY, SEALED, Segment, Summary
 from raft_queue.core.wire import Malformed, Reader
 
@@ -125,7 +125,6 @@ def _seal_each(
     return tuple(out), Summary(summary.records, flags, summary.max_delay_ms)
 
 
-_BARE_HEAD = _BLOB.pack(0, 0, 0, 0)
 _COUNT_AT = BLOB_HEADER_SIZE - _COUNT.size  # the header count ends the blob header
 
 
@@ -138,12 +137,12 @@ def _seal_bare(
     encrypt: Encrypt,
 ) -> tuple[tuple[bytes, ...], Summary]:
     """``seal_blobs`` of blobs without keys, dedup ids, headers and delays
-    (the SDK's bulk sends): every head is ``_BARE_HEAD``, and a record's
+    (the SDK's bulk sends): every head is ``BARE_HEAD``, and a record's
     secret (header count 0, body) is its blob from the count on, so no
     per-record parsing."""
     n = len(blobs)
     lengths = [len(b) - _COUNT_AT for b in blobs]
-    aad = associated_data(uid, partition, key_id, [_BARE_HEAD] * n, lengths)
+    aad = associated_data(uid, partition, key_id, [BARE_HEAD] * n, lengths)
     nonce, ciphertext, tag = encrypt(b"".join([b[_COUNT_AT:] for b in blobs]), aad)
     if len(ciphertext) != sum(lengths):
         raise ValueError("the cipher must keep the plaintext's length")
@@ -151,8 +150,8 @@ def _seal_bare(
     out: list[bytes] = []
     add = out.append
     pos = lengths[0]
-    add(b"".join((_BARE_HEAD, ENVELOPE.pack(SEAL_VERSION, key_id, nonce, tag), ct[:pos])))
-    head = _BARE_HEAD
+    add(b"".join((BARE_HEAD, ENVELOPE.pack(SEAL_VERSION, key_id, nonce, tag), ct[:pos])))
+    head = BARE_HEAD
     for length in lengths[1:]:
         add(head + ct[pos : pos + length])
         pos += length
@@ -287,10 +286,10 @@ _new_tuple = tuple.__new__
 def _open_bare(seg: Segment, uid: int, partition: int, decrypt: Decrypt) -> list[OpenedRecord]:
     """``open_records`` of a segment whose records have no key, dedup id or
     delay (the flags and ``max_delay_ms`` say so), the bulk of a drain: every
-    clear head is ``_BARE_HEAD``, so the pieces are cut from the end table
+    clear head is ``BARE_HEAD``, so the pieces are cut from the end table
     alone (no per-record unpack), and a record without headers is built
     without parsing. The heads are not read but they are authenticated: the
-    associated data says every head is ``_BARE_HEAD``, so a segment whose
+    associated data says every head is ``BARE_HEAD``, so a segment whose
     flags lie fails the tag."""
     value, data, count = seg.value, seg._data, seg.count
     ends = struct.unpack_from(f">{count}I", value, data - 4 * count)
@@ -326,9 +325,9 @@ def _open_bare(seg: Segment, uid: int, partition: int, decrypt: Decrypt) -> list
 
 
 def associated_data_bare(uid: int, partition: int, key_id: int, lengths: Sequence[int]) -> bytes:
-    """``associated_data`` of records whose heads are all ``_BARE_HEAD``."""
+    """``associated_data`` of records whose heads are all ``BARE_HEAD``."""
     n = len(lengths)
     return b"".join(
         (_AAD_TAG, _AAD.pack(uid, partition, key_id, n), struct.pack(f">{n}I", *lengths),
-         _BARE_HEAD * n)
+         BARE_HEAD * n)
     )  # fmt: skip

@@ -27,6 +27,7 @@ from raft_queue._proto.raft_queue.v1 import admin_pb2, admin_pb2_grpc, queue_pb2
 from raft_queue.client import Backoff, OutgoingMessage
 from raft_queue.client.partitioner import partition_for_key
 from raft_queue.client.retry import Retrier
+from raft_queue.server.api.packed import send_entries
 from raft_queue.server.api.status import abort_with_sync, to_status
 
 QUEUE_RPCS = [m.name for m in queue_pb2.DESCRIPTOR.services_by_name["QueueService"].methods]
@@ -261,7 +262,7 @@ class FakeCluster:
                 r.duplicate = True
             return first
         results = []
-        for entry in req.entries:
+        for entry in send_entries(req):  # entries, or packed bodies (the bulk case)
             p = entry.partition if entry.HasField("partition") else 0
             if p >= len(q.logs):
                 raise errors.InvalidArgument("entries.partition", f"{p} >= {len(q.logs)}")
@@ -536,7 +537,9 @@ def test_send_gives_each_rpc_a_random_request_id_and_reports_placement(client, c
     assert entry.dedup_id == ""  # no per-message id unless the caller gives one
     assert len(request.request_id) == 16 and request.request_id != other.request_id
     assert entry.body == b"hello" and entry.headers["trace"] == b"abc"
-    assert [e.dedup_id for e in other.entries] == ["", ""]
+    # bare bodies for one partition go packed: no SendEntry, no per-message id
+    assert not other.entries and other.packed.bodies == b"ab"
+    assert list(other.packed.lengths) == [1, 1] and other.packed.partition == 0
 
 
 def test_explicit_dedup_id_is_sent_and_repeats_are_duplicates(client, cluster):
@@ -703,7 +706,7 @@ def test_send_batch_chunks_at_1000_entries(client, cluster):
     cluster.add_queue("q")
     results = client.send_batch("q", [b"x"] * 2500)
     assert [r.offset for r in results] == list(range(2500))
-    assert [len(r.entries) for _, r in cluster.calls_of("Send")] == [1000, 1000, 500]
+    assert [len(r.packed.lengths) for _, r in cluster.calls_of("Send")] == [1000, 1000, 500]
 
 
 def test_empty_batch_makes_no_call(client, cluster):

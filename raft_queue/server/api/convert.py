@@ -11,7 +11,7 @@ from raft_queue import config, errors
 from raft_queue._proto.raft_queue.v1 import queue_pb2
 from raft_queue.config import MAX_MESSAGE_DELAY_MS, Limits, QueueSpec
 from raft_queue.core.commands import MAX_REQUEST_ID_BYTES, NewRecord, PartitionConfig
-from raft_queue.core.records import plain_blob, to_blob
+from raft_queue.core.records import BARE_HEAD, plain_blob, to_blob
 from raft_queue.core.results import LeaseResult
 from raft_queue.core.segments import HAS_DEDUP, HAS_KEY, SEALED, Segment, Summary, summarize
 from raft_queue.observability import metrics
@@ -161,7 +161,7 @@ def record_blobs(
         body, key, dedup_id = entry.body, entry.key, entry.dedup_id
         bare = not (key or dedup_id or entry.delay_ms or entry.headers)
         if bare and keyless_ok and len(body) <= max_body:  # the SDK's bulk case
-            add(_BARE + body)  # == plain_blob(body, "", "")
+            add(BARE_HEAD + body)  # == plain_blob(body, "", "")
             continue
         if (
             len(body) <= max_body
@@ -183,8 +183,7 @@ def record_blobs(
     return blobs, summarize(blobs) if general else Summary(len(blobs), flags, 0)
 
 
-_BARE = plain_blob(b"", "", "")
-_DEFAULT_LIMITS = Limits()  # the blob header of a record with a body only
+_DEFAULT_LIMITS = Limits()
 
 
 def check_request_id(request_id: bytes) -> bytes:

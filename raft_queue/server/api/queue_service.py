@@ -24,6 +24,7 @@ from raft_queue.observability.stagetrace import mark as _stage
 from raft_queue.server.api import convert, receipt_results
 from raft_queue.server.api.answer import ANSWER, Answer
 from raft_queue.server.api.auth import CALLER_PRINCIPAL
+from raft_queue.server.api.packed import send_entries
 from raft_queue.server.api.send_stream import SendStreamServer
 from raft_queue.server.api.status import abort_with
 from raft_queue.server.cluster import Cluster
@@ -112,7 +113,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
         _stage("s.handler")
         q = await self.autocreate.queue_for_send(request, is_forwarded(context))
         results = await self.sender.send(
-            q, request.entries, is_forwarded(context), request.request_id
+            q, send_entries(request), is_forwarded(context), request.request_id
         )
         out = sending.response(results, request.results_as_runs)
         _stage("s.reply")

@@ -41,6 +41,7 @@ from raft_queue.core import access
 from raft_queue.observability import metrics
 from raft_queue.observability.stagetrace import mark as _stage
 from raft_queue.server.api.metrics import count_request
+from raft_queue.server.api.packed import send_entries
 from raft_queue.server.api.status import status_logged
 from raft_queue.server.api.usage import REQUEST_BYTES
 from raft_queue.server.dataplane import sending
@@ -166,7 +167,7 @@ class SendStreamServer:
         try:
             size = await gate.admit(request)
             q = await self.autocreate.queue_for_send(request, False)
-            results = await self.sender.send(q, request.entries, False, request.request_id)
+            results = await self.sender.send(q, send_entries(request), False, request.request_id)
             out = sending.response(results, request.results_as_runs)
         except errors.NotFound as exc:  # from a view that may be behind: vouch first
             try:

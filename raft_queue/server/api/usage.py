@@ -32,6 +32,7 @@ from raft_queue.core import metadata as meta
 from raft_queue.core import usage as u
 from raft_queue.observability import metrics
 from raft_queue.server.api.answer import answered
+from raft_queue.server.api.packed import message_count
 from raft_queue.server.api.quota import QuotaGate
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ class Meter:
             return 0
         nbytes = _request_bytes(request)
         if method == _SEND:
-            messages = len(request.entries)
+            messages = message_count(request)
             try:
                 self.gate.check(principal, request.queue, messages, nbytes)
             except errors.OverQuota:
@@ -121,7 +122,7 @@ class Meter:
     def after(self, principal: str, method: str, request: Any, response: Any, size: int) -> None:
         op = METERED.get(method)
         if op == u.SEND:
-            self.usage.count(principal, request.queue, op, len(request.entries), size)
+            self.usage.count(principal, request.queue, op, message_count(request), size)
         elif op == u.ACK:  # messages: the receipts acked (failures_only: all but ``failed``)
             if response.failures_only:
                 acked = len(request.receipts) - len(response.failed)

@@ -37,6 +37,7 @@ from raft_queue.core.segments import Summary
 from raft_queue.observability import metrics
 from raft_queue.observability.stagetrace import mark as _stage
 from raft_queue.server.api import convert
+from raft_queue.server.api.packed import PackedEntries
 from raft_queue.server.cluster import Cluster
 
 if TYPE_CHECKING:
@@ -95,12 +96,17 @@ class Sender:
             raise errors.InvalidArgument(
                 "entries", f"{len(entries)} messages; at most {self.limits.max_batch_messages}"
             )
+        if isinstance(entries, PackedEntries):  # bodies only: checked at once
+            entries.check(q.spec)
         by_part = self._place_all(entries, q.layout if q.ranges else q.spec.partitions)
         leaders = {p: self.cluster.local_leader(q.name, p, forwarded) for p in by_part}
         blobs: dict[int, Packed] = {}  # packed for the partitions led here only
         try:
             for p, idx in by_part.items():
-                if leaders[p] is not None:
+                if isinstance(entries, PackedEntries):
+                    if leaders[p] is not None:  # checked above; forwarded as they came
+                        blobs[p] = entries.blobs()
+                elif leaders[p] is not None:
                     blobs[p] = convert.record_blobs(entries, idx, q.spec, self.limits)
                 else:
                     _check(entries, idx, q.spec, self.limits)
@@ -144,6 +150,10 @@ class Sender:
 
     def _place_all(self, entries: Sequence[Any], partitions: int | Layout) -> dict[int, list[int]]:
         """Entry indexes by partition, in index order within each."""
+        if isinstance(entries, PackedEntries):  # one explicit partition for all
+            count = partitions.version if isinstance(partitions, Layout) else partitions
+            part = convert.check_range(entries.partition, 0, count - 1, "packed.partition")
+            return {part: list(range(len(entries)))}
         if partitions == 1:  # the common case: only an explicit bad partition can fail
             for i, entry in enumerate(entries):
                 if entry.partition:
@@ -196,7 +206,9 @@ class Sender:
         each; otherwise each carries its partition (round robin is not
         repeatable on the leader). The answer comes back as runs."""
         sub = queue_pb2.SendRequest(queue=q.name, request_id=request_id, results_as_runs=True)
-        if q.spec.partitions == 1:
+        if isinstance(entries, PackedEntries):  # all of one partition: as they came
+            sub.packed.CopyFrom(entries.pb)
+        elif q.spec.partitions == 1:
             sub.entries.extend(entries)
         else:
             for i in indexes:

@@ -202,18 +202,30 @@ class PurgeQueueResponse(_message.Message):
     def __init__(self, removed: _Optional[int] = ...) -> None: ...
 
 class SendRequest(_message.Message):
-    __slots__ = ("queue", "entries", "request_id", "results_as_runs", "create")
+    __slots__ = ("queue", "entries", "request_id", "results_as_runs", "create", "packed")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     RESULTS_AS_RUNS_FIELD_NUMBER: _ClassVar[int]
     CREATE_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
     queue: str
     entries: _containers.RepeatedCompositeFieldContainer[SendEntry]
     request_id: bytes
     results_as_runs: bool
     create: bool
-    def __init__(self, queue: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[SendEntry, _Mapping]]] = ..., request_id: _Optional[bytes] = ..., results_as_runs: _Optional[bool] = ..., create: _Optional[bool] = ...) -> None: ...
+    packed: PackedBodies
+    def __init__(self, queue: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[SendEntry, _Mapping]]] = ..., request_id: _Optional[bytes] = ..., results_as_runs: _Optional[bool] = ..., create: _Optional[bool] = ..., packed: _Optional[_Union[PackedBodies, _Mapping]] = ...) -> None: ...
+
+class PackedBodies(_message.Message):
+    __slots__ = ("partition", "lengths", "bodies")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    LENGTHS_FIELD_NUMBER: _ClassVar[int]
+    BODIES_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    lengths: _containers.RepeatedScalarFieldContainer[int]
+    bodies: bytes
+    def __init__(self, partition: _Optional[int] = ..., lengths: _Optional[_Iterable[int]] = ..., bodies: _Optional[bytes] = ...) -> None: ...
 
 class SendRun(_message.Message):
     __slots__ = ("partition", "offset", "count", "duplicate", "durability")
