@@ -182,15 +182,20 @@ def send_batch(
         rest = yield from send_batch(router, round_robin, queue, pending[MAX_BATCH:], create)
         return first + rest
     placing: int | Layout = layout if layout.split else layout.version
-    prepared = [_prepare(round_robin, queue, placing, m) for m in pending]
+    if placing == 1:  # one partition: a bare body needs no placement (the bulk case)
+        prepared = [
+            (0, m) if type(m) is bytes else _prepare(round_robin, queue, 1, m) for m in pending
+        ]
+    else:
+        prepared = [_prepare(round_robin, queue, placing, m) for m in pending]
     partitions = [p for p, _ in prepared]
     results: list[SendResult | None] = [None] * len(prepared)
     for indexes in _plan(router, queue, partitions):
-        request = _send_request(queue, [prepared[i] for i in indexes])
+        request = _send_request(queue, _pick(prepared, indexes))
         # Still asked for: a queue another sender has just created may be
         # electing its first leaders, and the node waits for them then.
         request.create = create
-        target = PartitionLeaders(queue, [partitions[i] for i in indexes])
+        target = PartitionLeaders(queue, _pick(partitions, indexes))
         try:
             response = yield Call("Send", request, target)
         except NotFound:
@@ -206,9 +211,19 @@ def send_batch(
         got = models.send_results_from_pb(response)
         if len(got) != len(indexes):
             raise Internal(f"Send returned {len(got)} results for {len(indexes)}")
-        for i, result in zip(indexes, got, strict=True):
-            results[i] = result
-    return [r for r in results if r is not None]
+        if isinstance(indexes, range):
+            results[indexes.start : indexes.stop] = got
+        else:
+            for i, result in zip(indexes, got, strict=True):
+                results[i] = result
+    return cast("list[SendResult]", results)  # _plan's chunks cover every index once
+
+
+def _pick(items: list[T], indexes: Sequence[int]) -> list[T]:
+    """``items`` at ``indexes``: a slice for a range (one partition's chunk)."""
+    if isinstance(indexes, range):
+        return items[indexes.start : indexes.stop]
+    return [items[i] for i in indexes]
 
 
 def _merge(results: list[SendResult | None], again: list[SendResult]) -> list[SendResult]:
@@ -309,9 +324,13 @@ def _send_request(queue: str, chunk: list[Prepared]) -> queue_pb2.SendRequest:
     return request
 
 
-def _plan(router: Router, queue: str, partitions: Sequence[int]) -> list[list[int]]:
+def _plan(router: Router, queue: str, partitions: list[int]) -> list[Sequence[int]]:
     """Indexes of the entries (given by partition) grouped by cached leader
-    ("" = unknown), chunked; one leader lookup per partition, not per entry."""
+    ("" = unknown), chunked; one leader lookup per partition, not per entry.
+    All of one partition (a queue of one): ranges, in order."""
+    n = len(partitions)
+    if n and partitions.count(partitions[0]) == n:
+        return [range(start, min(start + MAX_BATCH, n)) for start in range(0, n, MAX_BATCH)]
     leaders: dict[int, str] = {}
     groups: dict[str, list[int]] = {}
     for i, partition in enumerate(partitions):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, TypeVar
 
 from raft_queue._proto.raft_queue.v1 import admin_pb2, queue_pb2
@@ -390,8 +391,9 @@ def send_results_from_pb(pb: queue_pb2.SendResponse) -> list[SendResult]:
     for run in pb.runs:
         durability = _enum_name(run.durability, queue_pb2.Durability, "DURABILITY_")
         partition, duplicate, offset = run.partition, run.duplicate, run.offset
+        end = offset + run.count
         out.extend(
-            new(partition, o, duplicate, durability) for o in range(offset, offset + run.count)
+            map(new, repeat(partition), range(offset, end), repeat(duplicate), repeat(durability))
         )
     return out
 
