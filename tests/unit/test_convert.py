@@ -168,6 +168,34 @@ def test_send_response_as_runs_merges_consecutive_offsets_only() -> None:
     assert not full.runs
 
 
+def test_send_results_are_runs_in_entry_order_whatever_order_partitions_answer() -> None:
+    """An Append of consecutive entries is one run; interleaved entries
+    (round robin over partitions) one each; partitions answering out of
+    order still give the entries' order; an entry without a result is an
+    error, never a short answer."""
+    from raft_queue.server.dataplane.sending import Results, response
+
+    fsync = queue_pb2.DURABILITY_FSYNC
+    whole = Results(1000)
+    whole.put_run(range(1000), 0, 40, False, fsync)
+    assert [(r.partition, r.offset, r.count) for r in response(whole, True).runs] == [(0, 40, 1000)]
+    mixed = Results(5)
+    mixed.put_run([1, 3], 1, 7, False, fsync)  # partition 1 answered first
+    mixed.put_run([0, 2, 4], 0, 10, False, fsync)
+    assert list(mixed) == [(0, 10, False, fsync), (1, 7, False, fsync), (0, 11, False, fsync)] + [
+        (1, 8, False, fsync),
+        (0, 12, False, fsync),
+    ]
+    two = Results(4)
+    two.put_run([2, 3], 0, 12, False, fsync)
+    two.put_run([0, 1], 0, 10, False, fsync)  # a later Append's offsets follow on: merged
+    assert [(r.offset, r.count) for r in response(two, True).runs] == [(10, 4)]
+    short = Results(3)
+    short.put_run([0, 1], 0, 10, False, fsync)
+    with pytest.raises(errors.Internal):
+        response(short, True)
+
+
 def test_a_forwarded_answer_reads_back_as_the_results_it_carried() -> None:
     """What a leader answers a forwarding node (runs, or one result per
     entry) comes back as the same (partition, offset, duplicate, durability)

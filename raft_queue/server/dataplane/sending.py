@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from raft_queue import errors
@@ -82,8 +82,8 @@ class Sender:
 
     async def send(
         self, q: QueueRecord, entries: Sequence[Any], forwarded: bool, request_id: bytes = b""
-    ) -> list[Result]:
-        """One ``Result`` per entry, in order (``response`` turns them into a
+    ) -> Results:
+        """Where each entry was stored, in order (``response`` turns them into a
         SendResponse). Every entry is validated before anything is appended
         (bad input writes nothing). Each partition led here is packed into
         record blobs once; the entries of a partition led elsewhere are only
@@ -114,7 +114,7 @@ class Sender:
             for i, entry in enumerate(entries):  # report the first bad entry, as in index order
                 convert.new_record(i, entry, q.spec, self.limits)
             raise
-        results: list[Result] = [_NONE] * len(entries)
+        results = Results(len(entries))
 
         def one(part: int) -> Any:
             idx = by_part[part]
@@ -171,7 +171,7 @@ class Sender:
         replica: Any,
         indexes: list[int],
         blobs: Packed,
-        results: list[Result],
+        results: Results,
         request_id: bytes,
     ) -> None:
         """Append ``blobs`` (packed: ``part`` is led here) on ``replica``."""
@@ -185,12 +185,12 @@ class Sender:
         metrics.count_sent(q.name, part, len(indexes))
         durability = convert.DURABILITY[reached]
         if res.listed is None:  # the usual result: consecutive offsets, one flag
-            dup = res.duplicate
-            for i, offset in zip(indexes, range(res.first, res.first + res.count), strict=True):
-                results[i] = (part, offset, dup, durability)
+            if res.count != len(indexes):
+                raise errors.Internal(f"{q.name}[{part}]: {res.count} results for {len(indexes)}")
+            results.put_run(indexes, part, res.first, res.duplicate, durability)
         else:
             for i, item in zip(indexes, res.listed, strict=True):
-                results[i] = (part, item.offset, item.duplicate, durability)
+                results.put(i, (part, item.offset, item.duplicate, durability))
 
     async def _forward(
         self,
@@ -198,7 +198,7 @@ class Sender:
         part: int,
         indexes: list[int],
         entries: Sequence[Any],
-        results: list[Result],
+        results: Results,
         request_id: bytes,
     ) -> None:
         """Send ``part``'s entries to its leader (one hop), as they came: a
@@ -220,12 +220,78 @@ class Sender:
         if len(got) != len(indexes):
             raise errors.Internal(f"{q.name}[{part}]: {len(got)} results for {len(indexes)}")
         for i, result in zip(indexes, got, strict=True):
-            results[i] = result
+            results.put(i, result)
 
 
 # One entry's result: (partition, offset, duplicate, durability enum).
 Result = tuple[int, int, bool, int]
-_NONE: Result = (-1, -1, False, 0)
+
+
+class Results:
+    """``Sender.send``'s answer: where each of ``size`` entries was stored, as
+    runs of entries stored at consecutive offsets of one partition with one
+    duplicate flag and durability: an Append of consecutive entries (a queue
+    of one partition, the SDK's packed bodies) is one run, not a tuple per
+    entry built and then merged again by ``response``."""
+
+    __slots__ = ("_runs", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._runs: list[list[Any]] = []  # [start, count, partition, offset, dup, durability]
+
+    def put_run(
+        self, indexes: Sequence[int], part: int, first: int, dup: bool, durability: int
+    ) -> None:
+        """Entries ``indexes`` (increasing) stored from offset ``first`` on."""
+        if indexes and indexes[-1] - indexes[0] + 1 == len(indexes):  # consecutive entries
+            self._runs.append([indexes[0], len(indexes), part, first, dup, durability])
+            return
+        for k, i in enumerate(indexes):
+            self._runs.append([i, 1, part, first + k, dup, durability])
+
+    def put(self, i: int, result: Result) -> None:
+        part, offset, dup, durability = result
+        self._runs.append([i, 1, part, offset, dup, durability])
+
+    def runs(self) -> list[list[Any]]:
+        """[partition, offset, count, duplicate, durability] in entry order,
+        neighbours merged where their offsets run on; Internal if an entry
+        has no result."""
+        out: list[list[Any]] = []
+        covered = 0
+        for start, count, part, offset, dup, durability in sorted(self._runs):
+            if start != covered:
+                break
+            covered += count
+            last = out[-1] if out else None
+            if last and (last[0], last[1] + last[2], last[3], last[4]) == (
+                part,
+                offset,
+                dup,
+                durability,
+            ):
+                last[2] += count
+            else:
+                out.append([part, offset, count, dup, durability])
+        if covered != self.size:
+            raise errors.Internal(f"send results for entries 0..{covered - 1} of {self.size}")
+        return out
+
+    def __iter__(self) -> Iterator[Result]:
+        for part, offset, count, dup, durability in self.runs():
+            for o in range(offset, offset + count):
+                yield (part, o, dup, durability)
+
+    @classmethod
+    def of(cls, results: Sequence[Result]) -> Results:
+        """One result per entry, in order (tests; a forwarded answer)."""
+        out = cls(len(results))
+        for i, result in enumerate(results):
+            out.put(i, result)
+        return out
+
+
 # A partition's record blobs and their summary (convert.record_blobs).
 Packed = tuple[tuple[bytes, ...], Summary]
 
@@ -257,27 +323,19 @@ def _from_response(resp: Any) -> list[Result]:
     ]
 
 
-def response(results: list[Result], as_runs: bool = False) -> Any:
+def response(results: Results | Sequence[Result], as_runs: bool = False) -> Any:
     """The SendResponse for ``Sender.send``'s results: one SendResult per
     entry, or (``as_runs``, as the SDK asks) SendRuns of consecutive entries
     stored at consecutive offsets."""
+    if not isinstance(results, Results):
+        results = Results.of(results)
     out = queue_pb2.SendResponse()
     if not as_runs:
         add = out.results.add
         for part, offset, dup, durability in results:
             add(partition=part, offset=offset, duplicate=dup, durability=durability)
         return out
-    run: list[Any] = []  # partition, offset, count, duplicate, durability
     add_run = out.runs.add
-    for r in results:
-        if run and r[0] == run[0] and r[1] == run[1] + run[2] and r[2:] == (run[3], run[4]):
-            run[2] += 1
-            continue
-        if run:
-            add_run(
-                partition=run[0], offset=run[1], count=run[2], duplicate=run[3], durability=run[4]
-            )
-        run = [r[0], r[1], 1, r[2], r[3]]
-    if run:
-        add_run(partition=run[0], offset=run[1], count=run[2], duplicate=run[3], durability=run[4])
+    for part, offset, count, dup, durability in results.runs():
+        add_run(partition=part, offset=offset, count=count, duplicate=dup, durability=durability)
     return out
