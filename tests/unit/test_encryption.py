@@ -34,7 +34,9 @@ KEY = AESGCM(bytes(range(32)))
 def _blobs() -> tuple[bytes, ...]:
     return (
         plain_blob(b"first body", "", ""),
-        to_blob(NewRecord(b"with headers", "k1", (("a", b"1"), ("b", b"header value 22")), "", 5_000)),
+        to_blob(
+            NewRecord(b"with headers", "k1", (("a", b"1"), ("b", b"header value 22")), "", 5_000)
+        ),
         plain_blob(b"", "k2", ""),
         plain_blob(b"x" * 3000, "k3", ""),
     )
