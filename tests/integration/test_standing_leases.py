@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import CancelledError
 
 import pytest
 
 from raft_queue.core import commands as cmd
+from raft_queue.replication import raft as raft_module
 from raft_queue.replication.partition import PartitionReplica
 from raft_queue.replication.standing import StandingLeases
 from tests.integration.conftest import wait_for
@@ -98,7 +100,10 @@ def test_withdraw_after_a_claim_says_a_lease_was_taken() -> None:
     assert not box and box.claim(lambda: 0) == []
 
 
-def test_a_claimed_lease_outlives_its_claim_deadline(group: list[PartitionReplica]) -> None:
+@pytest.mark.parametrize("leader_inline", [False, True], ids=["sync-on-threads", "sync-inline"])
+def test_a_claimed_lease_outlives_its_claim_deadline(
+    group: list[PartitionReplica], leader_inline: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A request's deadline bounds when it may be claimed (a lingering
     request's is the 50 ms linger window); once its Lease is proposed it waits
     for the commit like any command. Failed at the claim deadline, the Lease
@@ -106,7 +111,16 @@ def test_a_claimed_lease_outlives_its_claim_deadline(group: list[PartitionReplic
     visibility timeout. Here every journal sync takes 0.4 s and the request
     stands while the Append is in flight, so its Lease is proposed at once in
     an entry of its own, whose commit comes after the request's 0.15 s: the
-    lease must still come back with the message."""
+    lease must still come back with the message.
+
+    That needs the leader's driver free while the Append syncs, i.e. its
+    sync on an I/O thread. A small entry after a fast sync is synced inline
+    on the driver (syncs.py, ``LEADER_INLINE``): then the driver sits in the
+    0.4 s sync for the whole claim window (the fast warm-up sync let it
+    inline; 3 of 8 runs failed so before this case was split) and the
+    request may expire unclaimed: nothing may be leased then, the message
+    must still be there for the next Lease."""
+    monkeypatch.setattr(raft_module, "LEADER_INLINE", leader_inline)
     leader = leader_of(group)
     leader.submit(append(b"warm-up")).result(10)
     leader.submit(cmd.Lease("c0", 10, 30_000, now_ms())).result(10)  # nothing visible after
@@ -122,8 +136,16 @@ def test_a_claimed_lease_outlives_its_claim_deadline(group: list[PartitionReplic
         time.sleep(0.1)  # proposed, its sync running
         standing = leader.standing.stand("c1", 10, 30_000, 0.15, lingering=True)
         sent.result(10)
-        result = standing.future.result(10)
+        try:
+            result = standing.future.result(10)
+        except CancelledError:  # expired unclaimed
+            result = None
     finally:
         for replica in group:
             replica._SyncObj__raftLog.fdatasync = None
+    if result is None:
+        assert leader_inline, "with the leader's sync on a thread the driver claims in time"
+        again = leader.submit(cmd.Lease("c2", 10, 30_000, now_ms())).result(10)
+        assert [m.record.body for m in again.messages] == [b"late"], "leased to no one"
+        return
     assert [m.record.body for m in result.messages] == [b"late"]
