@@ -280,7 +280,8 @@ class Client(Surface):
 
     ``bootstrap``: comma-separated ``host:port`` list (or a sequence); any node
     accepts any request. ``timeout_s`` bounds each method including its
-    retries (long polls add their wait); ``retries`` bounds the retries.
+    retries (long polls add their wait); ``retries`` bounds the retries (a
+    leader election's NotLeader and an OverQuota wait until the deadline).
     ``backoff`` and ``sleep`` tune or replace the waits between retries.
     ``token``: the bearer token every call carries; None looks in
     ``$RAFTQ_TOKEN``, then the profile file (client/credentials.py); ``""``

@@ -8,7 +8,11 @@ Policy (the caller's contract):
 - ``NotLeader`` carrying a leader address is retried at once (the caller has
   re-routed, there is nothing to wait for), unless the previous attempt was
   redirected too (two nodes pointing at each other mid-election); without an
-  address it backs off like ``Unavailable`` while an election runs;
+  address (an election runs, or the node has not heard from the leader since
+  it started) it backs off like ``Unavailable`` and does not use up
+  ``retries``: an election ends, so only the deadline ends the wait (as
+  Kafka's producer retries until ``delivery.timeout.ms``); five quick
+  retries (~0.8 s of backoff) gave up on a metadata election that took 1.3 s;
 - at most ``retries`` retries and never past ``timeout_s`` from the first
   attempt; the last error is raised as is;
 - ``OverQuota`` (RESOURCE_EXHAUSTED with ``retry-after-ms``) waits what the
@@ -143,7 +147,8 @@ class Retrier:
         self, exc: QueueError, retry: int, deadline: float, idempotent: bool, redirected: bool
     ) -> float:
         """How long to wait before the next attempt; re-raises ``exc`` when giving up."""
-        if not exc.retryable or retry >= self.retries:
+        electing = isinstance(exc, NotLeader) and not exc.leader
+        if not exc.retryable or (retry >= self.retries and not electing):
             raise exc
         if isinstance(exc, OutcomeUnknown) and not idempotent:
             raise exc

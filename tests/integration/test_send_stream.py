@@ -176,7 +176,8 @@ def test_a_stream_to_a_follower_is_forwarded_to_the_leader_and_stored_once(clust
 
 
 def test_a_stream_whose_node_dies_loses_and_repeats_no_acked_send(cluster, admin):
-    """Runs last in the module: kills the queue's leader (and restarts it)."""
+    """Kills the queue's leader, restarts it, and waits until the cluster is
+    ready again, so the tests after it do not meet the elections."""
     leader = leader_of(admin, "ss.kill")
     index = next(i for i, s in enumerate(cluster.specs) if s.address == leader)
     acked: list[tuple[bytes, int]] = []
@@ -191,6 +192,7 @@ def test_a_stream_whose_node_dies_loses_and_repeats_no_acked_send(cluster, admin
             got = client.read("ss.kill", 0, 0, max_messages=100).messages
         finally:
             cluster.start(index)
+            cluster.wait_ready(60)
     assert [(m.body, m.offset) for m in got] == acked
 
 

@@ -880,6 +880,25 @@ def test_time_budget_stops_retries_before_the_attempt_count():
     assert all(0 < t <= 1.0 for t in seen)
 
 
+def test_an_election_is_waited_out_until_the_deadline_not_the_retry_count():
+    """A NotLeader naming no leader (an election runs) does not use up
+    ``retries``; only the call's deadline ends the wait. A metadata election
+    of 1.3 s outlasted five quick retries (a CI failure of CreateQueue)."""
+    clock = FakeClock()
+    retrier = Retrier(2, 10.0, sleep=clock.sleep, clock=clock, rng=random.Random(5))
+    attempt, seen = failing([errors.NotLeader("not the metadata leader")] * 8)
+    assert retrier.run(attempt) == "ok" and len(seen) == 9
+    endless, seen = failing([errors.NotLeader("electing")] * 1000)
+    clock.now = 0.0
+    with pytest.raises(errors.NotLeader):
+        retrier.run(endless)
+    assert 9.0 <= clock.now <= 10.0 and len(seen) > 3
+    other, seen = failing([errors.Unavailable("down")] * 10)  # still bounded by the count
+    with pytest.raises(errors.Unavailable):
+        retrier.run(other)
+    assert len(seen) == 3
+
+
 def test_long_polls_extend_the_budget():
     clock = FakeClock()
     attempt, seen = failing([])
