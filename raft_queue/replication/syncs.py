@@ -36,7 +36,12 @@ sends, and so does every sync while the last one took over
 ``LEADER_INLINE_SYNC_S``: the driver is never held by a long sync (tried
 without that bound on 2026-11-26, on a slower disk under load, the leader's
 inline sync delayed the acks behind it: docs/benchmarks.md).
-``RAFTQ_LEADER_INLINE=0`` turns this part off (A/B).
+``RAFTQ_LEADER_INLINE=0`` turns this part off (A/B). The bound looks at
+the last sync only: the first slow sync after fast ones still runs on the
+driver and holds every group of the host for its length, as a follower's
+inline sync does; a long poll whose claim window is shorter than that sync
+may then expire unclaimed (nothing leased: tests/integration/
+test_standing_leases.py, "sync-inline").
 """
 
 from __future__ import annotations
