@@ -297,11 +297,11 @@ class Node:
 
     async def _until_vouched(self, vouch: Callable[[], Any], wait_s: float) -> None:
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
+        while (left := deadline - time.monotonic()) > 0:
             try:
-                await vouch()
+                await asyncio.wait_for(vouch(), left)  # at most wait_s in all
                 return
-            except Exception as exc:  # Unavailable (not yet), or the leader unreachable
+            except Exception as exc:  # Unavailable (not yet), the leader unreachable, timeout
                 log.debug("replicas wait for the metadata view: %s", exc)
             await asyncio.sleep(0.2)
         log.warning(

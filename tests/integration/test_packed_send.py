@@ -124,3 +124,16 @@ def test_a_fifo_queue_refuses_packed_bodies(cluster: LocalCluster, client: Clien
         client.send_batch("packed-fifo", [b"a", b"b"])
     assert sdk.value.field == "packed"
     assert client.partitions("packed-fifo")[0].latest_offset == 0
+
+
+def test_more_packed_bodies_than_a_batch_may_hold_are_refused_whole(
+    cluster: LocalCluster, client: Client
+) -> None:
+    client.create_queue("packed-many", partitions=1, replication_factor=3)
+    with pytest.raises(grpc.RpcError) as exc:
+        _send(cluster, _leader(client, "packed-many"), _packed("packed-many", [b"m"] * 10_001))
+    assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "packed.lengths" in (exc.value.details() or "") and "at most 10000" in (
+        exc.value.details() or ""
+    )
+    assert client.partitions("packed-many")[0].latest_offset == 0

@@ -200,12 +200,17 @@ def test_a_forwarded_answer_reads_back_as_the_results_it_carried() -> None:
     """What a leader answers a forwarding node (runs, or one result per
     entry) comes back as the same (partition, offset, duplicate, durability)
     results, in order."""
-    from raft_queue.server.dataplane.sending import _from_response, response
+    from raft_queue.server.dataplane.sending import Results, response
 
     fsync = queue_pb2.DURABILITY_FSYNC
     results = [(2, 5, False, fsync), (2, 6, False, fsync), (2, 9, True, fsync)]
-    assert _from_response(response(results, True)) == results
-    assert _from_response(response(results)) == results
+    for as_runs in (True, False):
+        back = Results(5)
+        back.put_response([0, 2, 4], response(results, as_runs), "q[2]")
+        back.put_run([1, 3], 0, 0, False, fsync)  # the entries this node stored itself
+        assert [r for r in back if r[0] == 2] == results
+        with pytest.raises(errors.Internal):
+            Results(4).put_response(range(4), response(results, as_runs), "q[2]")
 
 
 def test_a_receive_answer_is_built_in_place_and_copied_only_when_it_differs() -> None:

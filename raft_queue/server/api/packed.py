@@ -28,23 +28,29 @@ from raft_queue.observability import metrics
 class PackedEntries(Sequence[queue_pb2.SendEntry]):
     """The messages of one ``PackedBodies``: a body each, all for ``partition``."""
 
-    __slots__ = ("bodies", "lengths", "partition", "pb")
+    __slots__ = ("_bodies", "lengths", "partition", "pb")
 
     def __init__(self, pb: queue_pb2.PackedBodies) -> None:
         lengths = list(pb.lengths)
-        data = pb.bodies
-        if sum(lengths) != len(data):
+        if sum(lengths) != len(pb.bodies):
             raise errors.InvalidArgument(
-                "packed.lengths", f"add up to {sum(lengths)} bytes; packed.bodies has {len(data)}"
+                "packed.lengths",
+                f"add up to {sum(lengths)} bytes; packed.bodies has {len(pb.bodies)}",
             )
-        ends = list(accumulate(lengths))
-        self.bodies = [data[a:b] for a, b in zip([0, *ends], ends, strict=False)]
         self.lengths = lengths
         self.partition = pb.partition
         self.pb = pb
+        self._bodies: list[bytes] | None = None  # cut on first use: a forwarding node never does
+
+    @property
+    def bodies(self) -> list[bytes]:
+        if self._bodies is None:
+            data, ends = self.pb.bodies, list(accumulate(self.lengths))
+            self._bodies = [data[a:b] for a, b in zip([0, *ends], ends, strict=False)]
+        return self._bodies
 
     def __len__(self) -> int:
-        return len(self.bodies)
+        return len(self.lengths)
 
     @overload
     def __getitem__(self, i: int) -> queue_pb2.SendEntry: ...

@@ -94,7 +94,8 @@ class Sender:
         if len(entries) > self.limits.max_batch_messages:
             metrics.count_rejection("limits")
             raise errors.InvalidArgument(
-                "entries", f"{len(entries)} messages; at most {self.limits.max_batch_messages}"
+                "packed.lengths" if isinstance(entries, PackedEntries) else "entries",
+                f"{len(entries)} messages; at most {self.limits.max_batch_messages}",
             )
         if isinstance(entries, PackedEntries):  # bodies only: checked at once
             entries.check(q.spec)
@@ -216,11 +217,7 @@ class Sender:
                 entry.CopyFrom(entries[i])
                 entry.partition = part
         resp = await self.cluster.forward_to_leader(q.name, part, "Send", sub)
-        got = _from_response(resp)
-        if len(got) != len(indexes):
-            raise errors.Internal(f"{q.name}[{part}]: {len(got)} results for {len(indexes)}")
-        for i, result in zip(indexes, got, strict=True):
-            results.put(i, result)
+        results.put_response(indexes, resp, f"{q.name}[{part}]")
 
 
 # One entry's result: (partition, offset, duplicate, durability enum).
@@ -254,6 +251,22 @@ class Results:
         part, offset, dup, durability = result
         self._runs.append([i, 1, part, offset, dup, durability])
 
+    def put_response(self, indexes: Sequence[int], resp: Any, what: str) -> None:
+        """A leader's SendResponse (runs, or one result each) for the
+        entries ``indexes`` it was forwarded, in order."""
+        counted = sum(r.count for r in resp.runs) if resp.runs else len(resp.results)
+        if counted != len(indexes):
+            raise errors.Internal(f"{what}: {counted} results for {len(indexes)}")
+        if not resp.runs:
+            for i, r in zip(indexes, resp.results, strict=True):
+                self.put(i, (r.partition, r.offset, r.duplicate, r.durability))
+            return
+        pos = 0
+        for run in resp.runs:
+            here = indexes[pos : pos + run.count]
+            self.put_run(here, run.partition, run.offset, run.duplicate, run.durability)
+            pos += run.count
+
     def runs(self) -> list[list[Any]]:
         """[partition, offset, count, duplicate, durability] in entry order,
         neighbours merged where their offsets run on; Internal if an entry
@@ -285,7 +298,7 @@ class Results:
 
     @classmethod
     def of(cls, results: Sequence[Result]) -> Results:
-        """One result per entry, in order (tests; a forwarded answer)."""
+        """One result per entry, in order (``response`` of a list: tests)."""
         out = cls(len(results))
         for i, result in enumerate(results):
             out.put(i, result)
@@ -310,17 +323,6 @@ def _check(entries: Sequence[Any], indexes: Sequence[int], spec: Any, limits: An
         ):
             continue
         convert.new_record(i, entry, spec, limits)
-
-
-def _from_response(resp: Any) -> list[Result]:
-    """A SendResponse (results or runs) as Results."""
-    if not resp.runs:
-        return [(r.partition, r.offset, r.duplicate, r.durability) for r in resp.results]
-    return [
-        (run.partition, run.offset + k, run.duplicate, run.durability)
-        for run in resp.runs
-        for k in range(run.count)
-    ]
 
 
 def response(results: Results | Sequence[Result], as_runs: bool = False) -> Any:
