@@ -27,19 +27,22 @@ ride the next receive, or leave within 10 ms, or at close) or ``sync``
 (each consume waits for its ack's Raft commit, as before) or ``none``
 (a diagnostic, not a mode to publish: nothing is acked, so the run shows
 what the acks cost; W4's 15 s end before the visibility timeout); ``prefetch``:
-how many Receives are kept in flight ahead of the harness (0: none, ``auto``
-by default: 3 when the harness made this adapter with ``max_inflight`` > 1,
-its throughput workloads (W2, W3's drain), 0 when ``max_inflight`` is 1,
-its latency workloads (W1, W4's consumer, where receiving ahead tripled
-W4's p99); never more than fits the harness's ``consumer_window`` with the
-batch in hand), as the NATS adapter's push consumer (``max_ack_pending`` =
-the window) and RabbitMQ's prefetch do: each consume returns the oldest
-batch received ahead and sends the next Receive, which carries this
-batch's acks (``ReceiveRequest.ack``: one Raft entry with the new lease),
-before returning, so the server leases the next batches while the harness
-handles this one. At close, the batches received ahead and never returned
-are given back (``nack(release=True)``: visible again, receive count
-restored).
+how many Receives are kept in flight ahead of the harness (0: none; ``auto``
+by default: 2 when the harness made this adapter with ``max_inflight`` > 1,
+its throughput workloads (W2, W3's drain), 0 when ``max_inflight`` is 1, its
+latency workloads (W1, W4's consumer, where receiving ahead tripled W4's
+p99)); ``recv``: messages per Receive ahead (``auto``: the harness's
+``consumer_window`` / ``prefetch``, at most 1,000: 512 in W3). This is the
+NATS adapter's push consumer (``max_ack_pending`` = the window, messages
+pushed into a client buffer as acks free it) and RabbitMQ's prefetch: the
+adapter holds what it received in a buffer, each consume returns up to ``n``
+of it and acks those in the background (they ride the next Receive: one
+Raft entry with its lease), and a new Receive leaves whenever the held and
+in-flight messages leave room for one in the window. The harness's
+``consume(256)`` thus costs a Raft round per 512 messages, not per 256
+(docs/benchmarks.md, "W3: Receives of half the window"). At close, the
+messages held or received ahead and never returned are given back
+(``nack(release=True)``: visible again, receive count restored).
 """
 
 from __future__ import annotations
@@ -51,12 +54,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from raft_queue.client import MAX_BATCH, Client
-from raft_queue.client.models import Received
+from raft_queue.client.models import Message, Received
 from raft_queue.errors import NotFound, QueueError
 from raft_queue.observability.stagetrace import mark as _stage
 
 SERVER_MODULE = b"raft_queue.server.main"
-AUTO_DEPTH = 3  # Receives ahead with prefetch=auto when max_inflight > 1 (window-capped)
+AUTO_DEPTH = 2  # Receives ahead with prefetch=auto when max_inflight > 1, each half the window
 
 
 def _depth(value: str) -> int:
@@ -87,21 +90,25 @@ class RaftQueueAdapter:
         self.pids = [int(x) for x in str(opts.get("pids", "")).split(",") if x.strip()]
         self.cluster_dir = str(opts.get("cluster_dir", ""))
         self.opts_token = str(opts.get("token", ""))
-        # auto: 3 Receives ahead (capped by the window) for the harness's
-        # pipelined workloads (W3's drain: docs/benchmarks.md, "W3: the drain
-        # loop's latency"), none for its one-at-a-time ones (W4's consumer:
-        # receiving ahead tripled its p99).
+        # auto: 2 Receives ahead, each half the window, for the harness's
+        # pipelined workloads (W3's drain: docs/benchmarks.md, "W3: Receives
+        # of half the window"), none for its one-at-a-time ones (W4's
+        # consumer: receiving ahead tripled its p99).
         depth = str(opts.get("prefetch", "auto"))
         auto = AUTO_DEPTH if self.max_inflight > 1 else 0
         self.prefetch = auto if depth == "auto" else _depth(depth)
+        size = str(opts.get("recv", "auto"))
+        whole = self.consumer_window // max(1, self.prefetch)
+        self.recv = max(1, min(MAX_BATCH, whole if size == "auto" else int(size)))
         # named in the results; W4's are described by its producer's adapter
         self.prefetch_mode = (
-            f"auto ({AUTO_DEPTH} ahead when max_inflight > 1, as W3's drain; else 0, "
-            "as W1 and W4's consumer)"
+            f"auto ({AUTO_DEPTH} Receives of {self.recv} ahead when max_inflight > 1, "
+            "as W3's drain; else 0, as W1 and W4's consumer)"
             if depth == "auto"
-            else str(self.prefetch)
+            else f"{self.prefetch} Receives of {self.recv}"
         )
         self._ahead: deque[Future[Received]] = deque()  # the Receives sent ahead, oldest first
+        self._held: deque[Message] = deque()  # received, not yet returned to the harness
         self._receiver: ThreadPoolExecutor | None = None
         self.ack_mode = str(opts.get("ack", "background"))
         if self.ack_mode not in ("background", "sync", "none"):
@@ -179,37 +186,40 @@ class RaftQueueAdapter:
         return [m.body for m in batch]
 
     def _consume_ahead(self, max_n: int, wait_ms: int) -> list[bytes]:
-        """The oldest batch received ahead (or one received now); before
-        returning, the next Receive, carrying this batch's acks, is sent, and
-        more up to ``prefetch`` Receives in flight. The acks are sent, not
-        confirmed (as ``msg.ack()``); with ``ack=sync`` the call waits for
-        the Receive that carries them, i.e. for their commit."""
+        """Up to ``max_n`` of the messages received ahead (waiting for the
+        oldest Receive in flight if none is held), acked as the mode says
+        (background: they ride the next Receive); then Receives of
+        ``recv`` leave while the window has room for one, up to
+        ``prefetch`` in flight."""
         client, receiver = self._c(), self._receiver
         assert receiver is not None
-        if not self._ahead:
-            self._ahead.append(receiver.submit(client.receive, self.dest, max_n, None, wait_ms))
-        batch = self._ahead.popleft().result()
-        if batch:
-            nxt = receiver.submit(client.receive, self.dest, max_n, None, wait_ms, "", batch)
-            self._ahead.append(nxt)
-            # within the consumer window: this batch and those leased ahead
-            while len(self._ahead) < min(self.prefetch, self.consumer_window // max_n - 1):
-                self._ahead.append(receiver.submit(client.receive, self.dest, max_n, None, wait_ms))
-            if self.ack_mode == "sync":
-                nxt.result()
-        return [m.body for m in batch]
+        held, ahead = self._held, self._ahead
+        if not held:
+            if not ahead:
+                ahead.append(receiver.submit(client.receive, self.dest, self.recv, None, wait_ms))
+            held.extend(ahead.popleft().result())
+        out = [held.popleft() for _ in range(min(max_n, len(held)))]
+        if out and self.ack_mode != "none":
+            client.ack(self.dest, out, wait=self.ack_mode == "sync")
+        room = self.consumer_window - len(held) - self.recv * len(ahead)
+        while room >= self.recv and len(ahead) < self.prefetch:
+            ahead.append(receiver.submit(client.receive, self.dest, self.recv, None, wait_ms))
+            room -= self.recv
+        return [m.body for m in out]
 
     def _give_back_ahead(self) -> None:
-        """Close: the Receives sent ahead apply their acks; what they leased
-        was never returned, so its leases are undone (visible again)."""
+        """Close: what was held or received ahead and never returned was
+        leased for nobody: its leases are undone (visible again)."""
         ahead, self._ahead = self._ahead, deque()
+        held, self._held = list(self._held), deque()
         if self.client is None:
             return
         for fut in ahead:
             with contextlib.suppress(QueueError):
-                batch = fut.result()
-                if batch:
-                    self.client.nack(self.dest, batch, release=True)
+                held += fut.result()
+        if held:
+            with contextlib.suppress(QueueError):
+                self.client.nack(self.dest, held, release=True)
 
     def close(self) -> None:
         self._give_back_ahead()

@@ -249,13 +249,47 @@ def test_the_peer_adapter_acks_what_it_returned_and_gives_back_what_it_received_
 
 
 def test_the_peer_adapter_receives_ahead_only_for_the_harness_pipelined_workloads() -> None:
-    # prefetch=auto: W3's drain (max_inflight 256) keeps 3 Receives ahead
-    # (3 x 256 + the batch in hand = its window of 1024);
-    # W1 and W4's consumer (max_inflight 1) none: ahead tripled W4's p99.
-    assert RaftQueueAdapter("pb_w3", max_inflight=256, consumer_window=1024).prefetch == 3
+    # prefetch=auto: W3's drain (max_inflight 256) keeps 2 Receives of half
+    # its window of 1024 ahead; W1 and W4's consumer (max_inflight 1) none:
+    # ahead tripled W4's p99.
+    w3 = RaftQueueAdapter("pb_w3", max_inflight=256, consumer_window=1024)
+    assert (w3.prefetch, w3.recv) == (2, 512)
     assert RaftQueueAdapter("pb_w4", max_inflight=1, consumer_window=1024).prefetch == 0
     assert RaftQueueAdapter("pb_w4", max_inflight=1, prefetch="2").prefetch == 2
     assert RaftQueueAdapter("pb_w3", max_inflight=256, prefetch="0").prefetch == 0
+    one = RaftQueueAdapter("pb_w3", max_inflight=256, consumer_window=1024, prefetch="1")
+    assert one.recv == 1000  # the server's cap on a Receive
+    assert RaftQueueAdapter("pb_w3", max_inflight=256, recv="64").recv == 64
+
+
+def test_the_peer_adapter_keeps_what_it_leased_within_the_harness_window(
+    cluster: LocalCluster,
+) -> None:
+    adapter = RaftQueueAdapter(
+        "pb_window", target=cluster.bootstrap, token=cluster.token,
+        max_inflight=256, consumer_window=8,
+    )  # fmt: skip
+    assert (adapter.prefetch, adapter.recv) == (2, 4)
+    adapter.connect()
+    adapter.reset()
+    adapter.publish_batch([b"w%02d" % i for i in range(30)])
+    got: list[bytes] = []
+    for _ in range(40):
+        batch = adapter.consume(3, timeout=0.5)
+        assert len(batch) <= 3
+        got += batch
+        # held + asked for in flight never pass the window (the batch just
+        # returned is acked in the background, as msg.ack() is)
+        assert len(adapter._held) + adapter.recv * len(adapter._ahead) <= 8
+        if len(got) == 30:
+            break
+    assert sorted(got) == [b"w%02d" % i for i in range(30)]  # each once
+    adapter.close()  # flushes the last acks; nothing held is left leased
+    with cluster.client(timeout_s=20.0) as c:
+        deadline = time.monotonic() + 10
+        while _depth(c, "pb_window") != (0, 0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _depth(c, "pb_window") == (0, 0)
 
 
 def test_a_receive_answers_runs_to_a_client_that_asks_and_messages_to_one_that_does_not(
