@@ -281,7 +281,9 @@ class Client(Surface):
     ``bootstrap``: comma-separated ``host:port`` list (or a sequence); any node
     accepts any request. ``timeout_s`` bounds each method including its
     retries (long polls add their wait); ``retries`` bounds the retries (a
-    leader election's NotLeader and an OverQuota wait until the deadline).
+    leader election's NotLeader and an OverQuota wait until the deadline; a
+    NotLeader naming no leader also moves the client to its next bootstrap
+    node, since a node cut off from its group answers so until it rejoins).
     ``backoff`` and ``sleep`` tune or replace the waits between retries.
     ``token``: the bearer token every call carries; None looks in
     ``$RAFTQ_TOKEN``, then the profile file (client/credentials.py); ``""``

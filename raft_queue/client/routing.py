@@ -124,6 +124,14 @@ class Router:
         with self._lock:
             return self._bootstrap[self._cursor % len(self._bootstrap)]
 
+    def move_off(self, address: str) -> None:
+        """Ask the next bootstrap node from now on if ``address`` is the one in
+        use: it answered NotLeader naming no leader (an election, or a node
+        cut off from the group, which says so until it rejoins)."""
+        with self._lock:
+            if self._bootstrap[self._cursor % len(self._bootstrap)] == address:
+                self._cursor += 1
+
     def node_failed(self, address: str) -> None:
         """Stop preferring ``address``: move off it as bootstrap, forget it as
         leader, and let the next call of each queue it led ask GetPartitions
@@ -213,6 +221,8 @@ class AnyNode:
     def failed(self, router: Router, address: str, err: QueueError) -> None:
         if isinstance(err, NotLeader):
             self.hint = err.leader
+            if not err.leader:
+                router.move_off(address)
         elif _node_trouble(err):
             self.hint = ""
             router.node_failed(address)
@@ -242,6 +252,8 @@ class PartitionLeaders(AnyNode):
         elif isinstance(err, NotLeader) or _node_trouble(err):
             if _node_trouble(err):
                 router.node_failed(address)  # first: it sees what ``address`` led
+            else:
+                router.move_off(address)
             router.forget_leaders(self.queue, self.partitions)
 
 
