@@ -73,7 +73,7 @@ class RaftQueueAdapter:
     """One Client, one queue ``dest`` (replication 3). publish_batch returns when the
     Send RPCs returned, i.e. every message is committed by a majority of its
     partition's Raft group (journal fsynced under durability fsync); consume
-    leases with receive and acks synchronously before returning the payloads."""
+    returns leased payloads and acks them as ``ack`` says (module docstring)."""
 
     name = "raft_queue"
 
