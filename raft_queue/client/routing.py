@@ -129,8 +129,11 @@ class Router:
         use: it answered NotLeader naming no leader (an election, or a node
         cut off from the group, which says so until it rejoins)."""
         with self._lock:
-            if self._bootstrap[self._cursor % len(self._bootstrap)] == address:
-                self._cursor += 1
+            self._move_off(address)
+
+    def _move_off(self, address: str) -> None:  # the lock held
+        if self._bootstrap[self._cursor % len(self._bootstrap)] == address:
+            self._cursor += 1
 
     def node_failed(self, address: str) -> None:
         """Stop preferring ``address``: move off it as bootstrap, forget it as
@@ -138,8 +141,7 @@ class Router:
         again (failover: the new leaders, instead of a forward through the
         bootstrap node until the partition count's TTL runs out)."""
         with self._lock:
-            if self._bootstrap[self._cursor % len(self._bootstrap)] == address:
-                self._cursor += 1
+            self._move_off(address)
             for key in [k for k, v in self._leaders.items() if v == address]:
                 del self._leaders[key]
                 self._layouts.pop(key[0], None)

@@ -260,6 +260,8 @@ def test_the_peer_adapter_receives_ahead_only_for_the_harness_pipelined_workload
     one = RaftQueueAdapter("pb_w3", max_inflight=256, consumer_window=1024, prefetch="1")
     assert one.recv == 1000  # the server's cap on a Receive
     assert RaftQueueAdapter("pb_w3", max_inflight=256, recv="64").recv == 64
+    with pytest.raises(ValueError, match="recv"):
+        RaftQueueAdapter("pb_w3", max_inflight=256, recv="lots")
 
 
 def test_the_peer_adapter_keeps_what_it_leased_within_the_harness_window(
