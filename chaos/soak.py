@@ -88,12 +88,14 @@ def proc_memory(pid: int) -> tuple[int, int]:
 
 
 def data_mdb_sizes(data_dir: Path) -> dict[str, int]:
-    """Size in bytes of every partition replica's LMDB file under a node's
-    ``data_dir`` (``partitions/<key>/lmdb/data.mdb``), by partition key."""
+    """Bytes on disk of every partition replica's LMDB file under a node's
+    ``data_dir`` (``partitions/<key>/lmdb/data.mdb``), by partition key: its
+    blocks, not its length (with writemap the file is as long as LMDB's map,
+    sparse, and backed to a little past its high-water page)."""
     sizes = {}
     for path in sorted(data_dir.glob("partitions/*/lmdb/data.mdb")):
         with contextlib.suppress(OSError):  # swapped by a snapshot install right now
-            sizes[path.parent.parent.name] = path.stat().st_size
+            sizes[path.parent.parent.name] = path.stat().st_blocks * 512
     return sizes
 
 

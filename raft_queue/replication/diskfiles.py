@@ -10,11 +10,12 @@ page cache may hold data the disk never got).
 from __future__ import annotations
 
 import ctypes
-import errno
 import os
 from collections.abc import Callable
 
 from pysyncobj.journal import ResizableFile
+
+from raft_queue.storage.space import reserve
 
 SYNC_SLICE_BYTES = 8 << 20
 _SYNC_RANGE_ALL = 1 | 2 | 4  # SYNC_FILE_RANGE_WAIT_BEFORE | WRITE | WAIT_AFTER
@@ -69,21 +70,6 @@ def drop_page_cache(path: str) -> None:
                 pass
             finally:
                 os.close(fd)
-
-
-def reserve(fd: int, offset: int, length: int) -> None:
-    """Allocate disk blocks for ``[offset, offset + length)`` of ``fd`` now
-    (posix_fallocate): a full disk raises OSError(ENOSPC) here, cleanly,
-    instead of SIGBUS later when a write through the mapping finds no block
-    for a hole. A file system that cannot preallocate is left sparse."""
-    if length <= 0:
-        return
-    try:
-        os.posix_fallocate(fd, offset, length)
-    except OSError as exc:
-        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-            return
-        raise
 
 
 class PreallocatedFile(ResizableFile):

@@ -295,7 +295,7 @@ class PartitionReplica(ReplicatedGroup):
             self.store.set_last_applied(txn, index)
             return result
 
-        result = self.store.run_write(run)
+        result = self.store.run_write(run, size_hint=len(data))
         self._stored_index = index
         self.applied_entries += 1
         hook = self.on_wake

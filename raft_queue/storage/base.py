@@ -37,11 +37,13 @@ class LogStore(Protocol):
         """
         ...
 
-    def run_write(self, fn: Callable[[KVTxn], T]) -> T:
+    def run_write(self, fn: Callable[[KVTxn], T], size_hint: int = 0) -> T:
         """Run ``fn`` in a write transaction, commit, return its result. If the
         store ran out of space and could grow (LMDB's map), ``fn`` is run again
         from scratch, so it must act only through the txn. The Raft apply
-        path uses this rather than ``begin(write=True)``.
+        path uses this rather than ``begin(write=True)``, with the entry's
+        length as ``size_hint`` (bytes it is about to write; 0: unknown), so
+        a store that allocates its disk ahead allocates enough.
         """
         ...
 

@@ -8,6 +8,19 @@ synced Raft journal (an entry lost from LMDB in a crash is replayed because
 ``last_applied`` is lost with it). ``sync()`` forces the data to disk before a
 snapshot and on close.
 
+It is also opened with ``writemap=True``: a commit writes its pages through
+the map instead of one ``pwrite`` per dirty page (~6.7 per applied entry on
+W1; issue 17). LMDB then sizes ``data.mdb`` to the whole map as a sparse
+file, and a write into a hole of a full disk would be a SIGBUS that kills
+the node. So the file is backed ahead: before every write transaction,
+``_ensure_headroom`` allocates the blocks (storage/space.py) from the
+high-water page up to twice ``headroom`` bytes past it, where headroom
+bounds what one transaction can add (at least HEADROOM_MIN_BYTES, 4x the
+entry about to be applied, 2x the largest growth of one transaction seen):
+4-8 MiB of disk per replica beyond its data in the common case. A full disk is
+then ResourceExhausted before the transaction begins: the Raft apply path
+stops the replica (fail-stop), never skips the entry.
+
 Threads: one writer (the Raft apply thread) and many readers (gRPC handlers)
 run concurrently, as LMDB's MVCC allows. Growing the map (``set_mapsize``)
 and swapping in a snapshot need every transaction of this process closed, so
@@ -18,6 +31,7 @@ two. Keep read transactions short, or a growth waits for them.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import struct
@@ -32,6 +46,7 @@ import lmdb
 from raft_queue import errors
 from raft_queue.core.kv import KVTxn
 from raft_queue.storage.base import StrPath
+from raft_queue.storage.space import reserve
 
 T = TypeVar("T")
 
@@ -41,6 +56,12 @@ _U64 = struct.Struct(">Q")
 _GROW_ATTEMPTS = 8
 _DEFAULT_MAX_MAP_BYTES = 1 << 40
 _COMPLETE = "RESTORE_COMPLETE"
+_DATA_FILE = "data.mdb"
+# Test and benchmark switch (read once): RAFTQ_LMDB_WRITEMAP=0 writes pages
+# with pwrite as before writemap was adopted (docs/benchmarks.md).
+WRITEMAP = os.environ.get("RAFTQ_LMDB_WRITEMAP", "1") != "0"
+HEADROOM_MIN_BYTES = 4 << 20
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 def _translate(exc: lmdb.Error) -> errors.QueueError:
@@ -269,6 +290,10 @@ class LmdbStore:
         self._gate = _Gate()
         self._local = threading.local()  # .writing: this thread has a write txn open
         self._closed = False
+        self._data_fd = -1  # our descriptor of data.mdb, for reserve() (writemap)
+        self._backed = 0  # bytes of data.mdb from 0 known to have disk blocks
+        self._last_used = 0  # bytes used before the last write transaction
+        self._max_growth = 0  # the most one write transaction has added
         _recover_swap(self._path)
         self._open()
 
@@ -290,6 +315,7 @@ class LmdbStore:
                 max_readers=self._max_readers,
                 sync=False,
                 metasync=False,
+                writemap=WRITEMAP,
                 lock=True,
                 mode=0o600,  # data.mdb / lock.mdb readable by the node's user only
             )
@@ -297,17 +323,31 @@ class LmdbStore:
             self._meta_db = self._env.open_db(META_TABLE.encode())
             self._map_size = int(self._env.info()["map_size"])
         self._dbs = dbs
+        if WRITEMAP:
+            self._data_fd = os.open(self._path / _DATA_FILE, os.O_RDWR)
+            # What is below the high-water page was written (pwrite, a
+            # restored image, or through the map after a reserve): backed.
+            self._last_used = self._used()
+            self._backed = self._last_used
+            with contextlib.suppress(errors.ResourceExhausted):  # full: the first write refuses
+                self._back(self._last_used + HEADROOM_MIN_BYTES)
+
+    def _close_data_fd(self) -> None:
+        fd, self._data_fd = self._data_fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     @contextmanager
-    def begin(self, write: bool = False) -> Iterator[KVTxn]:
+    def begin(self, write: bool = False, size_hint: int = 0) -> Iterator[KVTxn]:
         """See LogStore.begin. If the map fills up, it is doubled and
         ResourceExhausted raised: re-run the transaction (``run_write`` does).
+        ``size_hint``: bytes the transaction is about to write, if known.
         """
         if write:
             self._claim_writer()
         try:
             if write:
-                self._ensure_headroom()
+                self._ensure_headroom(size_hint)
             with self._gate.shared(), self._transaction(write) as txn:
                 yield txn
         except errors.ResourceExhausted as exc:
@@ -318,14 +358,15 @@ class LmdbStore:
             if write:
                 self._local.writing = False
 
-    def run_write(self, fn: Callable[[KVTxn], T]) -> T:
+    def run_write(self, fn: Callable[[KVTxn], T], size_hint: int = 0) -> T:
         """Run ``fn`` in a write transaction and commit; if the map fills up,
         grow it and run ``fn`` again from scratch (so ``fn`` must only act
-        through the txn). The Raft apply path uses this.
+        through the txn). The Raft apply path uses this, with the entry's
+        length as ``size_hint``.
         """
         for _ in range(_GROW_ATTEMPTS):
             try:
-                with self.begin(write=True) as txn:
+                with self.begin(write=True, size_hint=size_hint) as txn:
                     return fn(txn)
             except errors.ResourceExhausted as exc:
                 if not _map_full(exc):
@@ -360,14 +401,45 @@ class LmdbStore:
         finally:
             txn.open = False
 
-    def _ensure_headroom(self) -> None:
-        """Grow before a write when over half the map is used, so the common
-        case never hits MapFull mid-transaction.
-        """
+    def _used(self) -> int:
+        """Bytes of data.mdb up to the high-water page."""
         with _LMDB_ERRORS:
-            used = (int(self._env.info()["last_pgno"]) + 1) * int(self._env.stat()["psize"])
+            return (int(self._env.info()["last_pgno"]) + 1) * int(self._env.stat()["psize"])
+
+    def _ensure_headroom(self, size_hint: int = 0) -> None:
+        """Before a write: grow the map when over half of it is used, so the
+        common case never hits MapFull mid-transaction; with writemap, back
+        the file ahead of what this transaction can add (module docstring).
+        """
+        used = self._used()
         if used * 2 > self._map_size:
             self._grow()
+        if self._data_fd < 0:
+            return
+        # One writer thread: what the high-water page rose by since the last
+        # write began is what that transaction (or an aborted one) added.
+        self._max_growth = max(self._max_growth, used - self._last_used)
+        self._last_used = used
+        headroom = max(HEADROOM_MIN_BYTES, 4 * size_hint, 2 * self._max_growth)
+        if used + headroom > self._backed:
+            self._back(used + 2 * headroom)  # ahead: not a reserve per transaction
+
+    def _back(self, end: int) -> None:
+        """Allocate data.mdb's blocks up to ``end`` (at most the map; beyond
+        the high-water page, so nothing else writes there meanwhile)."""
+        end = min(end, self._map_size)
+        if end <= self._backed:
+            return
+        try:
+            reserve(self._data_fd, self._backed, end - self._backed)
+        except OSError as exc:
+            if exc.errno in _NO_SPACE:
+                raise errors.ResourceExhausted(
+                    f"no disk space for {self._path / _DATA_FILE}: "
+                    f"{end - self._backed} bytes ahead of its {self._backed}: {exc.strerror}"
+                ) from exc
+            raise
+        self._backed = end
 
     def _grow(self) -> None:
         with self._gate.exclusive():
@@ -457,6 +529,7 @@ class LmdbStore:
         _fsync_dir(staging)
         with self._gate.exclusive():
             self._env.close()
+            self._close_data_fd()
             _swap_in(self._path, staging)
             self._open()
 
@@ -470,6 +543,7 @@ class LmdbStore:
                     self._env.sync(True)
             finally:
                 self._env.close()
+                self._close_data_fd()
                 self._closed = True
 
     def _check_open(self) -> None:

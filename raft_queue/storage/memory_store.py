@@ -168,7 +168,7 @@ class MemoryStore:
                 if write:
                     self._writer = None
 
-    def run_write(self, fn: Callable[[KVTxn], T]) -> T:
+    def run_write(self, fn: Callable[[KVTxn], T], size_hint: int = 0) -> T:
         """Run ``fn`` in a write transaction and commit (see LogStore.run_write)."""
         with self.begin(write=True) as txn:
             return fn(txn)

@@ -39,11 +39,11 @@ class FailingStore:
     def disarm(self) -> None:
         self._armed.clear()
 
-    def run_write(self, fn: Any) -> Any:
+    def run_write(self, fn: Any, size_hint: int = 0) -> Any:
         if self._armed.is_set():
             self.failed_writes += 1
             raise self.error
-        return self._inner.run_write(fn)
+        return self._inner.run_write(fn, size_hint)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

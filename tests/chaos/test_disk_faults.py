@@ -217,6 +217,65 @@ def test_a_journal_on_a_full_disk_fails_a_write_cleanly(tmp_path: Path, impl: st
     assert word == "clean" and int(code) == errno.ENOSPC and int(written) >= 4 * MIB
 
 
+_FILL_LMDB = """
+import sys
+import lmdb
+from raft_queue import errors
+from raft_queue.storage.lmdb_store import LmdbStore
+path, impl = sys.argv[1], sys.argv[2]
+value = b"v" * (64 << 10)
+written = 0
+if impl == "unbacked":  # LMDB's writemap as shipped: data.mdb is a sparse file
+    env = lmdb.open(path, map_size=1 << 30, writemap=True, sync=False, metasync=False)
+    while True:
+        with env.begin(write=True) as txn:
+            txn.put(b"%08d" % written, value)
+        written += 1
+store = LmdbStore(path, tables=["t"])
+try:
+    while True:
+        store.run_write(lambda txn: txn.put("t", b"%08d" % written, value), len(value))
+        written += 1
+except errors.ResourceExhausted as exc:
+    with store.begin() as txn:  # what was committed is all there
+        assert txn.count("t") == written, (txn.count("t"), written)
+        assert txn.get("t", b"%08d" % (written - 1)) == value
+    print("clean", written, str(exc).replace(" ", "_"))
+"""
+
+
+@pytest.mark.skipif(not can_mount(), reason="needs root to mount a tmpfs")
+@pytest.mark.parametrize("impl", ["writemap", "pwrite", "unbacked"])
+def test_lmdb_on_a_full_disk_refuses_a_write_cleanly(tmp_path: Path, impl: str) -> None:
+    """With writemap LMDB makes data.mdb as long as its map, sparse: on a full
+    disk a write through the mapping into a hole is a SIGBUS ("unbacked",
+    the hazard shown). Our store allocates the blocks ahead of the
+    high-water page before each write transaction (storage/space.py), so a
+    full disk is ResourceExhausted before the transaction, naming the file,
+    and everything committed before it reads back."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, RAFTQ_LMDB_WRITEMAP="0" if impl == "pwrite" else "1")
+    with tmpfs(tmp_path / "disk", 16 * MIB) as fs:
+        proc = subprocess.run(
+            [sys.executable, "-c", _FILL_LMDB, str(fs.path / "lmdb"), impl],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+    if impl == "unbacked":
+        assert proc.returncode == -7, (proc.returncode, proc.stdout, proc.stderr)  # SIGBUS
+        return
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    word, written, error = proc.stdout.split()
+    assert word == "clean" and int(written) * 64 >= 4 * 1024, proc.stdout  # >= 4 MiB stored
+    if impl == "writemap":
+        assert "no_disk_space" in error and "data.mdb" in error, error
+
+
 @pytest.mark.skipif(not have_fuse(), reason="needs root, /dev/fuse, fusermount3 and mfusepy")
 def test_a_node_whose_replicas_failed_is_repaired_elsewhere(tmp_path: Path) -> None:
     """The existing repair (liveness -> dead -> plan_repair) moves the replicas of a

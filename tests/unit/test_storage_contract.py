@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from raft_queue import errors
 from raft_queue.core.kv import KVTxn
-from raft_queue.storage import LmdbStore, LogStore, MemoryStore
+from raft_queue.storage import LmdbStore, LogStore, MemoryStore, lmdb_store
 
 TABLES = ("records", "leases")
 StoreFactory = Callable[[Path], LogStore]
@@ -356,6 +356,28 @@ def test_lmdb_grows_its_map_instead_of_failing(tmp_path: Path) -> None:
         store.run_write(big_batch)  # ~400 KiB into a 64 KiB map
         with store.begin() as txn:
             assert txn.count("records") == 2000
+    finally:
+        store.close()
+
+
+@pytest.mark.skipif(not lmdb_store.WRITEMAP, reason="RAFTQ_LMDB_WRITEMAP=0")
+def test_lmdb_backs_its_sparse_file_ahead_of_the_high_water_page(tmp_path: Path) -> None:
+    """With writemap data.mdb is as long as the map and sparse; the store
+    allocates blocks past the high-water page before each write (at least
+    HEADROOM_MIN_BYTES, and 4x the size hint), so no write lands in a hole."""
+    store = LmdbStore(tmp_path / "env", TABLES, map_size=256 << 20)
+    data = tmp_path / "env" / "data.mdb"
+    try:
+        assert data.stat().st_size == 256 << 20  # LMDB's whole map
+        for n in range(64):
+            store.run_write(lambda txn, n=n: txn.put("records", k(n), b"x" * (64 << 10)), 64 << 10)
+        used = store._used()
+        assert used >= 4 << 20
+        assert data.stat().st_blocks * 512 >= used + lmdb_store.HEADROOM_MIN_BYTES
+        hint = 16 << 20  # an entry of 16 MiB about to be applied: 64 MiB ahead
+        store.run_write(lambda txn: txn.put("records", k(999), b"y"), hint)
+        assert data.stat().st_blocks * 512 >= store._used() + 4 * hint
+        assert data.stat().st_blocks * 512 < data.stat().st_size  # still sparse beyond
     finally:
         store.close()
 
