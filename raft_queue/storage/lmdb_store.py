@@ -13,7 +13,7 @@ the map instead of one ``pwrite`` per dirty page (~6.7 per applied entry on
 W1; issue 17). LMDB then sizes ``data.mdb`` to the whole map as a sparse
 file, and a write into a hole of a full disk would be a SIGBUS that kills
 the node. So the file is backed ahead: before every write transaction,
-``_ensure_headroom`` allocates the blocks (storage/space.py) from the
+``_back_ahead`` allocates the blocks (storage/space.py) from the
 high-water page up to twice ``headroom`` bytes past it, where headroom
 bounds what one transaction can add (at least HEADROOM_MIN_BYTES, 4x the
 entry about to be applied, 2x the largest growth of one transaction seen):
@@ -347,9 +347,12 @@ class LmdbStore:
             self._claim_writer()
         try:
             if write:
-                self._ensure_headroom(size_hint)
-            with self._gate.shared(), self._transaction(write) as txn:
-                yield txn
+                self._ensure_headroom()
+            with self._gate.shared():
+                if write:  # under the gate: a restore or close cannot swap the fd meanwhile
+                    self._back_ahead(size_hint)
+                with self._transaction(write) as txn:
+                    yield txn
         except errors.ResourceExhausted as exc:
             if _map_full(exc):
                 self._grow()
@@ -406,16 +409,19 @@ class LmdbStore:
         with _LMDB_ERRORS:
             return (int(self._env.info()["last_pgno"]) + 1) * int(self._env.stat()["psize"])
 
-    def _ensure_headroom(self, size_hint: int = 0) -> None:
-        """Before a write: grow the map when over half of it is used, so the
-        common case never hits MapFull mid-transaction; with writemap, back
-        the file ahead of what this transaction can add (module docstring).
+    def _ensure_headroom(self) -> None:
+        """Grow before a write when over half the map is used, so the common
+        case never hits MapFull mid-transaction.
         """
-        used = self._used()
-        if used * 2 > self._map_size:
+        if self._used() * 2 > self._map_size:
             self._grow()
+
+    def _back_ahead(self, size_hint: int) -> None:
+        """With writemap, before a write: back the file ahead of what this
+        transaction can add (module docstring). Inside the shared gate."""
         if self._data_fd < 0:
             return
+        used = self._used()
         # One writer thread: what the high-water page rose by since the last
         # write began is what that transaction (or an aborted one) added.
         self._max_growth = max(self._max_growth, used - self._last_used)
