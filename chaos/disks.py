@@ -24,6 +24,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from raft_queue.testing.files import copy_tree_sparse
+
 
 def _run(*cmd: str) -> None:
     subprocess.run(cmd, check=True, capture_output=True, timeout=30)
@@ -68,7 +70,7 @@ class Tmpfs:
             # What the node left, kept beside it for a failed run's evidence
             # (the campaign deletes the whole run directory when it passes).
             with contextlib.suppress(Exception):
-                shutil.copytree(self.path, self.path.with_name(self.path.name + ".tmpfs-copy"))
+                copy_tree_sparse(self.path, self.path.with_name(self.path.name + ".tmpfs-copy"))
             with contextlib.suppress(Exception):
                 _run("umount", "-l", str(self.path))
             self.mounted = False

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from raft_queue.testing.cluster import free_port, reserve_ports
+from raft_queue.testing.files import written_bytes
 
 pytestmark = pytest.mark.integration
 
@@ -113,7 +114,7 @@ def _exercise(work: Path, env: dict[str, str], node: subprocess.Popen) -> None:
     got = _retry(["receive", "orders", "--max", "1", "--wait", "5"], work, client_env, 30)
     assert MARKER in got
     hits = [
-        p for p in (work / "data").rglob("*") if p.is_file() and MARKER.encode() in p.read_bytes()
+        p for p in (work / "data").rglob("*") if p.is_file() and MARKER.encode() in written_bytes(p)
     ]
     assert hits == [], f"plain marker at rest in {hits}"
     assert node.poll() is None, (work / "node.log").read_text()[-3000:]

@@ -21,6 +21,7 @@ from raft_queue.core.segments import SEALED, Segment
 from raft_queue.security.encryption import wrap_context
 from raft_queue.security.keyring import FileKeyProvider
 from raft_queue.testing.cluster import LocalCluster
+from raft_queue.testing.files import written_bytes
 
 pytestmark = pytest.mark.integration
 
@@ -53,10 +54,7 @@ def grep_data(cluster: LocalCluster, marker: bytes) -> list[str]:
 
 
 def _bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:  # replaced (compaction) or removed (a deleted queue) meanwhile
-        return b""
+    return written_bytes(path)  # not the holes of data.mdb's sparse map
 
 
 def data_files(cluster: LocalCluster) -> list[Path]:
