@@ -147,17 +147,18 @@ class LeaseKeeper:
             batch = self._wait_due()
             if batch is None:
                 return
+            results: list[ReceiptResult] = []
             try:
                 results = self._extend([message for _key, message in batch])
             except Exception:
                 log.warning("extending %d leases failed; retried", len(batch), exc_info=True)
-                results = []
-            with self._cond:
-                for (key, _message), result in zip(batch, results, strict=False):
-                    if not result.ok:
-                        self._due.pop(key, None)  # lost: extending again cannot help
-                self._extending.clear()
-                self._cond.notify_all()
+            finally:  # even if the thread dies here, no release() waits for good
+                with self._cond:
+                    for (key, _message), result in zip(batch, results, strict=False):
+                        if not result.ok:
+                            self._due.pop(key, None)  # lost: extending again cannot help
+                    self._extending.clear()
+                    self._cond.notify_all()
 
     def _wait_due(self) -> list[tuple[int, Message]] | None:
         """The held messages now due (marked as being extended, due again a
