@@ -98,8 +98,8 @@ class RaftQueueAdapter:
         auto = AUTO_DEPTH if self.max_inflight > 1 else 0
         self.prefetch = auto if depth == "auto" else _depth(depth)
         size = str(opts.get("recv", "auto"))
-        if size != "auto" and not size.isdigit():
-            raise ValueError(f"recv must be a count of messages or auto, got {size!r}")
+        if size != "auto" and not (size.isascii() and size.isdigit() and int(size) >= 1):
+            raise ValueError(f"recv must be a count of messages (>= 1) or auto, got {size!r}")
         whole = self.consumer_window // max(1, self.prefetch)
         self.recv = max(1, min(MAX_BATCH, whole if size == "auto" else int(size)))
         # named in the results; W4's are described by its producer's adapter

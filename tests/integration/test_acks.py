@@ -262,6 +262,9 @@ def test_the_peer_adapter_receives_ahead_only_for_the_harness_pipelined_workload
     assert RaftQueueAdapter("pb_w3", max_inflight=256, recv="64").recv == 64
     with pytest.raises(ValueError, match="recv"):
         RaftQueueAdapter("pb_w3", max_inflight=256, recv="lots")
+    for bad in ("0", "\u0663"):  # zero, and a non-ASCII digit int() would also take
+        with pytest.raises(ValueError, match="recv"):
+            RaftQueueAdapter("pb_w3", max_inflight=256, recv=bad)
 
 
 def test_the_peer_adapter_keeps_what_it_leased_within_the_harness_window(
