@@ -49,12 +49,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 def grep_data(cluster: LocalCluster, marker: bytes) -> list[str]:
     """Every file under any node's data directory holding ``marker``."""
     return [
-        str(p.relative_to(cluster.base_dir)) for p in data_files(cluster) if marker in _bytes(p)
+        str(p.relative_to(cluster.base_dir))
+        for p in data_files(cluster)
+        if marker in written_bytes(p)  # not the holes of data.mdb's sparse map
     ]
-
-
-def _bytes(path: Path) -> bytes:
-    return written_bytes(path)  # not the holes of data.mdb's sparse map
 
 
 def data_files(cluster: LocalCluster) -> list[Path]:
@@ -255,7 +253,7 @@ def _wrapped_keys_on_disk(cluster: LocalCluster) -> set[tuple[int, str, str]]:
     found = set()
     for path in data_files(cluster):
         if "metadata" in path.parts:
-            for m in _WRAPPED.finditer(_bytes(path)):
+            for m in _WRAPPED.finditer(written_bytes(path)):
                 found.add((int(m[1]), m[2].decode(), m[3].decode()))
     return found
 
@@ -379,7 +377,7 @@ def _wrapped_kw_on_disk(cluster: LocalCluster) -> set[tuple[int, str, str]]:
         (int(m[1]), m[2].decode(), m[3].decode())
         for p in data_files(cluster)
         if "metadata" in p.parts
-        for m in pattern.finditer(_bytes(p))
+        for m in pattern.finditer(written_bytes(p))
     }
 
 
