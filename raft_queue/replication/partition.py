@@ -34,13 +34,13 @@ from raft_queue import errors
 from raft_queue.core import codec, commands
 from raft_queue.core.partition import PartitionMachine
 from raft_queue.observability.stagetrace import mark as _stage
-from raft_queue.replication import offdriver, snapshot, writeout
+from raft_queue.replication import entries, offdriver, snapshot, writeout
 from raft_queue.replication.diskfiles import drop_page_cache
 from raft_queue.replication.group import MAX_COMMANDS_PER_ENTRY, Pending, ReplicatedGroup
 from raft_queue.replication.host import RaftHost
 from raft_queue.replication.raft import bind_address_for, make_conf
 from raft_queue.replication.standing import StandingLeases
-from raft_queue.storage.lmdb_store import LmdbStore
+from raft_queue.storage.lmdb_store import HeldWrite, LmdbStore
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,20 @@ _RIDDEN = frozenset(
 _RIDDEN_FIFO = _RIDDEN | {commands.Ack}
 
 
+# Test and benchmark switch (read once): RAFTQ_APPLY_AHEAD=0 applies every
+# entry only once committed, as before apply-ahead (docs/benchmarks.md).
+APPLY_AHEAD = os.environ.get("RAFTQ_APPLY_AHEAD", "1") != "0"
+
+
+class _Ahead:
+    """The leader's newest entry, applied before its commit (``after_append``)."""
+
+    __slots__ = ("data", "held", "index", "result")
+
+    def __init__(self, index: int, data: bytes, held: HeldWrite, result: Any) -> None:
+        self.index, self.data, self.held, self.result = index, data, held, result
+
+
 def _wall_ms() -> int:
     return int(time.time() * 1000)
 
@@ -152,6 +166,8 @@ class PartitionReplica(ReplicatedGroup):
         self._ridden = _RIDDEN
         self.machine = PartitionMachine()
         self._stored_index: int | None = None  # LMDB's last_applied (_last_applied)
+        self._ahead: _Ahead | None = None  # driver thread: see after_append
+        self.applied_ahead = 0  # entries whose commit found them applied ahead
         drop_page_cache(data_dir)  # before LMDB maps its file (see ReplicatedGroup)
         self.store = LmdbStore(os.path.join(data_dir, "lmdb"), tables=PartitionMachine.TABLES)
         self._check_format()
@@ -285,6 +301,10 @@ class PartitionReplica(ReplicatedGroup):
         return [result] if count == 1 else list(result)
 
     def apply_bytes(self, index: int, data: bytes) -> Any:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and (ahead.index != index or ahead.data != data):
+            ahead.held.abort()  # another entry took its index (a new leader's)
+            ahead = None
         if index <= self._last_applied():
             return None  # already in LMDB: journal replay after a restart
 
@@ -295,7 +315,12 @@ class PartitionReplica(ReplicatedGroup):
             self.store.set_last_applied(txn, index)
             return result
 
-        result = self.store.run_write(run, size_hint=len(data))
+        if ahead is not None:  # applied while it was being replicated: commit that
+            ahead.held.commit()
+            result = ahead.result
+            self.applied_ahead += 1
+        else:
+            result = self.store.run_write(run, size_hint=len(data))
         self._stored_index = index
         self.applied_entries += 1
         hook = self.on_wake
@@ -305,6 +330,53 @@ class PartitionReplica(ReplicatedGroup):
             except Exception:  # a wake-up is an optimisation: never fail the apply
                 log.exception("wake hook failed in %s", self.key)
         return result
+
+    def after_append(self) -> None:
+        """Leader, driver thread, once its new entries went out and its own
+        sync began or ended (ticks.py): apply the newest entry now, in an
+        LMDB write transaction held open until that entry commits, if every
+        entry before it is applied. The leader would otherwise sit idle
+        waiting for a follower's durable copy and only then apply; now the
+        commit's apply is an LMDB commit, and the Send's answer goes out
+        that much sooner (docs/internals.md, "Apply ahead of commit").
+
+        Nothing is visible before the commit (readers see committed LMDB
+        state only), and what is committed is what ``apply_bytes`` would
+        write: the same bytes applied at the same index to the same state
+        (all earlier entries applied, no other write since: the held
+        transaction is this store's only writer, and ``_drop_ahead`` ends it
+        before anything else writes). If the index commits with other bytes
+        (a new leader's entry), the transaction is aborted and the entry
+        applied as usual; so is one whose apply raised (it raises again
+        there, and is handled there)."""
+        if not APPLY_AHEAD or self._ahead is not None or self.failed or self._closed:
+            return
+        journal = self._SyncObj__raftLog
+        if not len(journal):
+            return
+        command, index, _term = journal[-1]
+        if index != self.raftLastApplied + 1 or entries.kind(command) != entries.REGULAR:
+            return
+        if index <= self._last_applied():
+            return
+        data = entries.regular_payload(command)
+        try:
+            held = self.store.hold_write(size_hint=len(data))
+        except Exception:  # full map (now grown), full disk: the apply meets it
+            return
+        try:
+            result = self.machine.apply_encoded(held.txn, data)
+            self.store.set_last_applied(held.txn, index)
+        except Exception:
+            held.abort()
+            return
+        self._ahead = _Ahead(index, data, held, result)
+
+    def _drop_ahead(self) -> None:
+        """End an apply ahead before anything else writes the store (driver)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.held.abort()
 
     def _last_applied(self) -> int:
         """LMDB's last_applied: read once (a read transaction), then the index
@@ -316,6 +388,7 @@ class PartitionReplica(ReplicatedGroup):
     def predict(self, data: bytes) -> Any:
         """Apply ``data`` in a write transaction that is then aborted: the
         result without the effects (driver thread, for early acks)."""
+        self._drop_ahead()
         try:
             with self.store.begin(write=True) as txn:
                 raise _Predicted(self.machine.apply_encoded(txn, data))
@@ -439,6 +512,7 @@ class PartitionReplica(ReplicatedGroup):
         # keeping it made that state permanent: the follower then led and
         # served it (a chaos campaign lost acked sends to it).
         image = path + ".image"
+        self._drop_ahead()
         try:
             snapshot.extract_image(path, image_len, image)
             self._stored_index = None
@@ -449,6 +523,7 @@ class PartitionReplica(ReplicatedGroup):
         return meta
 
     def close(self) -> None:
+        self._drop_ahead()  # the store's close waits for the held transaction
         super().close()
         self._snapshots.wait_written()  # before the store closes and the files go
         writeout.unregister(self._data_file)

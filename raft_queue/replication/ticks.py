@@ -127,6 +127,11 @@ class TickFixes(SyncObj):
             else:
                 self.flush_durable()
                 self._SyncObj__sendAppendEntries()
+            self.after_append()
+
+    def after_append(self) -> None:
+        """Leader, after its new entries went out: work that may use the wait
+        for the followers' copies (PartitionReplica applies ahead). Default: none."""
 
     def flush_durable(self, inline: bool = False) -> None:  # SafeSyncObj's (raft.py)
         raise NotImplementedError

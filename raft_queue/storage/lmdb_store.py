@@ -37,7 +37,7 @@ import shutil
 import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
@@ -376,6 +376,19 @@ class LmdbStore:
                     raise
         raise errors.ResourceExhausted(f"LMDB map still full at {self._map_size} bytes")
 
+    def hold_write(self, size_hint: int = 0) -> HeldWrite:
+        """A write transaction left open past this call: ``commit()`` or
+        ``abort()`` it later, on this same thread (LMDB's writer lock is the
+        thread's). Until then this thread can open no other write
+        transaction (Internal), readers see none of its writes, and no map
+        growth, restore or close can run (they wait for the gate): the caller
+        ends it before any of them. For the leader's apply ahead of commit
+        (replication/partition.py). A full map raises ResourceExhausted here,
+        as ``begin`` does (the map has grown; ``run_write`` would re-run)."""
+        stack = ExitStack()
+        txn = stack.enter_context(self.begin(write=True, size_hint=size_hint))
+        return HeldWrite(txn, stack)
+
     def _claim_writer(self) -> None:
         """A second write txn in one thread would deadlock on LMDB's writer
         lock; another thread's writer simply waits on that lock.
@@ -555,6 +568,39 @@ class LmdbStore:
     def _check_open(self) -> None:
         if self._closed:
             raise errors.Internal("store is closed")
+
+
+class _Abandoned(Exception):
+    """Thrown into a held transaction's block to abort it."""
+
+
+class HeldWrite:
+    """``LmdbStore.hold_write``'s open transaction; ended exactly once."""
+
+    __slots__ = ("_stack", "txn")
+
+    def __init__(self, txn: KVTxn, stack: ExitStack) -> None:
+        self.txn = txn
+        self._stack: ExitStack | None = stack
+
+    def commit(self) -> None:
+        """Commit what was written (its errors raise, as ``begin``'s do)."""
+        stack, self._stack = self._stack, None
+        if stack is None:
+            raise errors.Internal("held write transaction already ended")
+        stack.close()
+
+    def abort(self) -> None:
+        """Drop what was written; idempotent, never raises for the abort."""
+        stack, self._stack = self._stack, None
+        if stack is None:
+            return
+        with contextlib.suppress(_Abandoned):
+            stack.__exit__(_Abandoned, _Abandoned(), None)
+
+    @property
+    def open(self) -> bool:
+        return self._stack is not None
 
 
 def _map_full(exc: errors.ResourceExhausted) -> bool:

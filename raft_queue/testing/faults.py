@@ -2,7 +2,8 @@
 
 - ``FailingStore``: wraps a replica's LmdbStore; once ``arm()``-ed, its write
   transactions raise the error a failing disk gives LMDB (the apply path's
-  ``run_write``), while reads keep working.
+  ``run_write``, and the leader's apply ahead: ``hold_write`` and its
+  commit), while reads keep working.
 - ``FailingSync``: the fdatasync of one journal (``SyncedJournal.fdatasync``,
   the seam); fails the next ``failures`` calls with ``errno`` and succeeds
   afterwards, as Linux does after it dropped the pages it could not write
@@ -40,13 +41,46 @@ class FailingStore:
         self._armed.clear()
 
     def run_write(self, fn: Any, size_hint: int = 0) -> Any:
+        self._check()
+        return self._inner.run_write(fn, size_hint)
+
+    def hold_write(self, size_hint: int = 0) -> Any:
+        """The leader's apply ahead (partition.py): refused once armed, and its
+        commit fails if armed meanwhile, as any write transaction does."""
+        self._check()
+        return _FailingHeld(self._inner.hold_write(size_hint), self)
+
+    def _check(self) -> None:
         if self._armed.is_set():
             self.failed_writes += 1
             raise self.error
-        return self._inner.run_write(fn, size_hint)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+
+class _FailingHeld:
+    """A held write transaction of a FailingStore (see ``hold_write``)."""
+
+    def __init__(self, inner: Any, store: FailingStore) -> None:
+        self._inner = inner
+        self._store = store
+        self.txn = inner.txn
+
+    def commit(self) -> None:
+        try:
+            self._store._check()
+        except BaseException:
+            self._inner.abort()
+            raise
+        self._inner.commit()
+
+    def abort(self) -> None:
+        self._inner.abort()
+
+    @property
+    def open(self) -> bool:
+        return bool(self._inner.open)
 
 
 def install_failing_store(replica: Any, error: BaseException | None = None) -> FailingStore:

@@ -464,3 +464,52 @@ def test_put_many_needs_a_write_txn_and_a_known_table(store: LogStore) -> None:
         txn.put_many("records", [(k(1), b"v")])
     with store.begin(write=True) as txn, pytest.raises(KeyError):
         txn.put_many("nope", [(k(1), b"v")])
+
+
+@pytest.fixture
+def lmdb(tmp_path: Path) -> Iterator[LmdbStore]:
+    store = LmdbStore(tmp_path / "env", TABLES)
+    yield store
+    store.close()  # close needs the gate: a held write left open would hang it
+
+
+def _held(store: LmdbStore, body: bytes, index: int) -> lmdb_store.HeldWrite:
+    held = store.hold_write()
+    held.txn.put("records", k(1), body)
+    store.set_last_applied(held.txn, index)
+    return held
+
+
+def test_lmdb_held_write_is_invisible_until_committed(lmdb: LmdbStore) -> None:
+    held = _held(lmdb, b"ahead", 7)
+    seen: list[object] = []
+    reader = threading.Thread(  # another thread reads the committed state
+        target=lambda: seen.append((lmdb.last_applied(), _get(lmdb, k(1))))
+    )
+    reader.start()
+    reader.join(10)
+    assert seen == [(0, None)]
+    assert _get(lmdb, k(1)) is None  # so does this thread, in a read transaction
+    with pytest.raises(errors.Internal, match="already open"), lmdb.begin(write=True):
+        pass  # one writer per thread: the held one
+    held.commit()
+    assert not held.open
+    assert (lmdb.last_applied(), _get(lmdb, k(1))) == (7, b"ahead")
+    with pytest.raises(errors.Internal, match="already ended"):
+        held.commit()
+    with lmdb.begin(write=True) as txn:  # the thread may write again
+        txn.put("records", k(2), b"next")
+
+
+def test_lmdb_held_write_aborted_leaves_nothing_and_frees_the_writer(lmdb: LmdbStore) -> None:
+    held = _held(lmdb, b"never", 3)
+    held.abort()
+    held.abort()  # idempotent
+    assert (lmdb.last_applied(), _get(lmdb, k(1))) == (0, None)
+    lmdb.run_write(lambda txn: txn.put("records", k(1), b"real"))
+    assert _get(lmdb, k(1)) == b"real"
+
+
+def _get(store: LogStore, key: bytes) -> bytes | None:
+    with store.begin() as txn:
+        return txn.get("records", key)
