@@ -322,6 +322,7 @@ class LmdbStore:
             dbs = {name: self._env.open_db(name.encode()) for name in self._names}
             self._meta_db = self._env.open_db(META_TABLE.encode())
             self._map_size = int(self._env.info()["map_size"])
+            self._psize = int(self._env.stat()["psize"])  # fixed for the file's life
         self._dbs = dbs
         if WRITEMAP:
             self._data_fd = os.open(self._path / _DATA_FILE, os.O_RDWR)
@@ -347,10 +348,12 @@ class LmdbStore:
             self._claim_writer()
         try:
             if write:
-                self._ensure_headroom()
+                env, used = self._env, self._ensure_headroom()
             with self._gate.shared():
                 if write:  # under the gate: a restore or close cannot swap the fd meanwhile
-                    self._back_ahead(size_hint)
+                    # One writer thread: only a restore (a new env) can have
+                    # moved the high-water page since it was read.
+                    self._back_ahead(size_hint, used if env is self._env else self._used())
                 with self._transaction(write) as txn:
                     yield txn
         except errors.ResourceExhausted as exc:
@@ -420,21 +423,24 @@ class LmdbStore:
     def _used(self) -> int:
         """Bytes of data.mdb up to the high-water page."""
         with _LMDB_ERRORS:
-            return (int(self._env.info()["last_pgno"]) + 1) * int(self._env.stat()["psize"])
+            return (int(self._env.info()["last_pgno"]) + 1) * self._psize
 
-    def _ensure_headroom(self) -> None:
+    def _ensure_headroom(self) -> int:
         """Grow before a write when over half the map is used, so the common
-        case never hits MapFull mid-transaction.
+        case never hits MapFull mid-transaction. The bytes used (a growth
+        does not move them).
         """
-        if self._used() * 2 > self._map_size:
+        used = self._used()
+        if used * 2 > self._map_size:
             self._grow()
+        return used
 
-    def _back_ahead(self, size_hint: int) -> None:
+    def _back_ahead(self, size_hint: int, used: int) -> None:
         """With writemap, before a write: back the file ahead of what this
-        transaction can add (module docstring). Inside the shared gate."""
+        transaction can add (module docstring), ``used`` being the bytes up
+        to the high-water page now. Inside the shared gate."""
         if self._data_fd < 0:
             return
-        used = self._used()
         # One writer thread: what the high-water page rose by since the last
         # write began is what that transaction (or an aborted one) added.
         self._max_growth = max(self._max_growth, used - self._last_used)
