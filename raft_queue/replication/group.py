@@ -23,13 +23,15 @@ caller waits on (no second future to translate it).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Protocol
 
 from pysyncobj.syncobj import _RAFT_STATE, FAIL_REASON
 
@@ -55,9 +57,64 @@ MAX_ENTRY_BYTES = 4 << 20  # raft.append_entries_batch_bytes sets max_entry_byte
 MAX_PENDING = 100_000
 
 
-# A submitted command waiting to be proposed: (command, its future, deadline
+class Waiter(Protocol):
+    """What the driver resolves for a submitted command: a concurrent Future
+    (``submit``) or a LoopWaiter (``submit_awaitable``)."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: Any) -> None: ...
+
+    def set_exception(self, exception: BaseException) -> None: ...
+
+
+class LoopWaiter:
+    """A command's waiter for a caller on an asyncio loop: resolving it settles
+    the loop's own future with one ``call_soon_threadsafe``, without a
+    concurrent Future (its lock, condition and callbacks) and the
+    ``asyncio.wrap_future`` chain on top (a thread's hand-off to the loop cost
+    97-114 us of CPU that way, 56-65 us this way: docs/benchmarks.md).
+
+    Resolved by one thread at a time: the caller's before the command is
+    queued, the driver's after. The first result counts, as
+    ``_resolve``/``_fail`` expect; a future its caller cancelled stays so."""
+
+    __slots__ = ("_loop", "_set", "future")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._set = False
+        self.future: asyncio.Future[Any] = loop.create_future()
+
+    def done(self) -> bool:
+        return self._set
+
+    def set_result(self, result: Any) -> None:
+        self._settle(result, None)
+
+    def set_exception(self, exception: BaseException) -> None:
+        self._settle(None, exception)
+
+    def _settle(self, result: Any, exc: BaseException | None) -> None:
+        if self._set:
+            return
+        self._set = True
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            self._loop.call_soon_threadsafe(_settle_future, self.future, result, exc)
+
+
+def _settle_future(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    if fut.done():  # cancelled by its caller
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(result)
+
+
+# A submitted command waiting to be proposed: (command, its waiter, deadline
 # on the monotonic clock, durability level to report: "" for the bare result).
-Pending = tuple[Any, Future[Any], float, str]
+Pending = tuple[Any, Waiter, float, str]
 
 
 class ReplicaFailed(Exception):
@@ -106,7 +163,7 @@ class ReplicatedGroup(SafeSyncObj):
         # _plain counts the pending commands that are not held.
         self._plain = 0
         self._hold_due = 0.0
-        self._inflight: dict[int, tuple[list[Future[Any]], float]] = {}
+        self._inflight: dict[int, tuple[list[Waiter], float]] = {}
         self._seq = 0
         self.lease_quorum_s = lease_quorum_s
         self._dial = dial
@@ -259,10 +316,26 @@ class ReplicatedGroup(SafeSyncObj):
         entry (a background ack rides the next Append: no Raft round of its
         own). The driver is not woken: call ``wake`` after ``hold_s``."""
         fut: Future[Any] = Future()
+        self._enqueue(command, fut, timeout_s, level, wake, hold_s)
+        return fut
+
+    def submit_awaitable(
+        self, command: Any, timeout_s: float = 10.0, level: str = ""
+    ) -> asyncio.Future[Any]:
+        """``submit`` for a caller on an asyncio loop, from that loop's thread:
+        the future is the loop's own (``LoopWaiter``)."""
+        waiter = LoopWaiter(asyncio.get_running_loop())
+        self._enqueue(command, waiter, timeout_s, level, True, 0.0)
+        return waiter.future
+
+    def _enqueue(
+        self, command: Any, fut: Waiter, timeout_s: float, level: str, wake: bool, hold_s: float
+    ) -> None:
+        """Queue ``command`` with its waiter (``submit``), or fail the waiter now."""
         if self._closed:
             reason = f"failed: {self.failed}" if self.failed else "stopped"
             fut.set_exception(errors.Unavailable(f"{self.key}: replica {reason}"))
-            return fut
+            return
         with self._lock:
             full = len(self._pending) >= self.max_pending
             if not full:
@@ -282,10 +355,9 @@ class ReplicatedGroup(SafeSyncObj):
                     f"(raft.commands_queue_size)"
                 )
             )
-            return fut
+            return
         if wake:
             self._host.mark_active(self.key)
-        return fut
 
     def wake(self) -> None:
         """Tick this group on the driver's next loop (any thread)."""
@@ -353,7 +425,7 @@ class ReplicatedGroup(SafeSyncObj):
         last = self._SyncObj__raftLog[-1][1] if len(self._SyncObj__raftLog) else 0
         return not self._inflight and self.raftLastApplied >= last and self._isLeader()
 
-    def _ack_early(self, payload: bytes, futures: list[Future[Any]], levels: list[str]) -> None:
+    def _ack_early(self, payload: bytes, futures: list[Waiter], levels: list[str]) -> None:
         predicted = self.predict(payload)
         if predicted is None:
             return
@@ -479,7 +551,7 @@ def _with_level(result: Any, level: str) -> Any:
     return result if isinstance(result, BaseException) else (result, level)
 
 
-def _resolve(fut: Future[Any], result: Any) -> None:
+def _resolve(fut: Waiter, result: Any) -> None:
     if fut.done():
         return
     if isinstance(result, BaseException):
@@ -488,6 +560,6 @@ def _resolve(fut: Future[Any], result: Any) -> None:
         fut.set_result(result)
 
 
-def _fail(fut: Future[Any], exc: BaseException) -> None:
+def _fail(fut: Waiter, exc: BaseException) -> None:
     if not fut.done():
         fut.set_exception(exc)

@@ -19,6 +19,7 @@ someone waits, schedules a wake-up on the asyncio loop.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import random
@@ -36,7 +37,12 @@ from raft_queue.core.partition import PartitionMachine
 from raft_queue.observability.stagetrace import mark as _stage
 from raft_queue.replication import entries, offdriver, snapshot, writeout
 from raft_queue.replication.diskfiles import drop_page_cache
-from raft_queue.replication.group import MAX_COMMANDS_PER_ENTRY, Pending, ReplicatedGroup
+from raft_queue.replication.group import (
+    MAX_COMMANDS_PER_ENTRY,
+    Pending,
+    ReplicatedGroup,
+    Waiter,
+)
 from raft_queue.replication.host import RaftHost
 from raft_queue.replication.raft import bind_address_for, make_conf
 from raft_queue.replication.standing import StandingLeases
@@ -217,18 +223,13 @@ class PartitionReplica(ReplicatedGroup):
             return commands.encode(cmds[0])
         return commands.encode(commands.Batch(tuple(cmds)))
 
-    def submit(
-        self,
-        command: Any,
-        timeout_s: float = 10.0,
-        level: str = "",
-        wake: bool = True,
-        hold_s: float = 0.0,
-    ) -> Future[Any]:
+    def _enqueue(
+        self, command: Any, fut: Waiter, timeout_s: float, level: str, wake: bool, hold_s: float
+    ) -> None:
         if type(command) is commands.Configure:  # every leader is configured first
             fifo = command.config.ordering == "fifo"
             self._ridden = _RIDDEN_FIFO if fifo else _RIDDEN
-        return super().submit(command, timeout_s, level, wake, hold_s)
+        super()._enqueue(command, fut, timeout_s, level, wake, hold_s)
 
     def may_hold(self, command: Any) -> bool:
         """Whether ``command`` may wait for the next entry (``submit(hold_s=)``):
@@ -420,6 +421,10 @@ class PartitionReplica(ReplicatedGroup):
         ``leader`` if acked before replication, else the replica's mode
         (``quorum`` for a leader-mode replica that could not ack early)."""
         return self.submit(command, timeout_s, level=self.durability)
+
+    def submit_append_awaitable(self, command: Any, timeout_s: float = 10.0) -> asyncio.Future[Any]:
+        """``submit_append`` from an asyncio loop's thread: the loop's future."""
+        return self.submit_awaitable(command, timeout_s, level=self.durability)
 
     # ---- reads (any thread) ------------------------------------------------------------
     @contextmanager

@@ -175,7 +175,7 @@ class Cluster:
 
     async def submit(self, replica: PartitionReplica, command: Any) -> Any:
         self.node.ensure_configured(replica)
-        result = await asyncio.wrap_future(replica.submit(command, self.timeout_s))
+        result = await replica.submit_awaitable(command, self.timeout_s)
         if isinstance(result, BaseException):
             raise result
         return result
@@ -184,8 +184,7 @@ class Cluster:
         """Submit an Append; the result and the durability level it reached
         (``"leader"`` when acked before replication, see PartitionReplica)."""
         self.node.ensure_configured(replica)
-        fut = replica.submit_append(command, self.timeout_s)
-        result, reached = await asyncio.wrap_future(fut)
+        result, reached = await replica.submit_append_awaitable(command, self.timeout_s)
         if isinstance(result, BaseException):
             raise result
         return result, reached
