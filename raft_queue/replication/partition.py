@@ -307,6 +307,8 @@ class PartitionReplica(ReplicatedGroup):
             ahead.held.abort()  # another entry took its index (a new leader's)
             ahead = None
         if index <= self._last_applied():
+            if ahead is not None:  # cannot be (after_append skips these): never leave it open
+                ahead.held.abort()
             return None  # already in LMDB: journal replay after a restart
 
         def run(txn: Any) -> Any:
