@@ -303,13 +303,12 @@ class PartitionReplica(ReplicatedGroup):
 
     def apply_bytes(self, index: int, data: bytes) -> Any:
         ahead, self._ahead = self._ahead, None
-        if ahead is not None and (ahead.index != index or ahead.data != data):
+        stored = index <= self._last_applied()  # journal replay after a restart
+        if ahead is not None and (stored or ahead.index != index or ahead.data != data):
             ahead.held.abort()  # another entry took its index (a new leader's)
             ahead = None
-        if index <= self._last_applied():
-            if ahead is not None:  # cannot be (after_append skips these): never leave it open
-                ahead.held.abort()
-            return None  # already in LMDB: journal replay after a restart
+        if stored:
+            return None
 
         def run(txn: Any) -> Any:
             # apply_encoded stores Append records as received (no re-encode):

@@ -78,10 +78,6 @@ class _FailingHeld:
     def abort(self) -> None:
         self._inner.abort()
 
-    @property
-    def open(self) -> bool:
-        return bool(self._inner.open)
-
 
 def install_failing_store(replica: Any, error: BaseException | None = None) -> FailingStore:
     store = FailingStore(replica.store, error)
