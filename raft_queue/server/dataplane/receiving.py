@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import math
 from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -59,7 +60,7 @@ _ACKED_ON: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
 
 # A waiting Receive re-checks which partitions this node leads at least this
 # often (leadership moves), even when nothing wakes it. In memory, no Raft
-# entry: an idle long poll costs a few dict lookups and read txns per check.
+# entry and no store read: a re-check compares the plan (a few dict lookups).
 RECHECK_S = 0.25
 
 # A poll's standing lease is withdrawn well before this; the bound only
@@ -352,10 +353,14 @@ class Receiver:
             if out or remaining <= 0:
                 return out
             replicas = [r for _, r in local]
-            sleep_s = min(remaining, _recheck_s(replicas), _until_due_s(replicas))
+            woken = self.cluster.wakeups.wait(keys, seen, _sleep_s(remaining, replicas))
             stand = (q, local, consumer, max_n, visibility, lin)
             lin = None
-            out, try_now = await self._stand(*stand, self.cluster.wakeups.wait(keys, seen, sleep_s))
+
+            def moved(plan: tuple[tuple[int, ...], tuple[str, ...]] = plan) -> bool:
+                return self._plan(q, local_only) != plan
+
+            out, try_now = await self._stand(*stand, woken, _recheck_s(replicas), moved)
             if out:
                 return out
 
@@ -368,12 +373,16 @@ class Receiver:
         visibility: int,
         lin: Linger | None,
         woken: Coroutine[Any, Any, bool],
+        recheck_s: float,
+        moved: Callable[[], bool],
     ) -> tuple[list[Any], bool]:
         """Leave a standing lease on every local leader (replication/standing.py)
-        and sleep until one rides on a waking entry or ``woken`` ends (a
-        wake-up, or the sleep's end). Returns the messages leased and whether
-        to try a Lease of our own next (not when a standing lease was just
-        applied and found nothing: that was the try)."""
+        and sleep until one rides on a waking entry, ``woken`` ends (a
+        wake-up, or the sleep's end) or, checked every ``recheck_s``, the
+        partitions led here ``moved``. The check is all a re-check costs: no
+        withdraw, stand or read of the store. Returns the messages leased and
+        whether to try a Lease of our own next (not when a standing lease was
+        just applied and found nothing: that was the try)."""
         stands: list[Stand] = []
         try:
             for p, r in local:
@@ -392,7 +401,13 @@ class Receiver:
         for w in wrapped:  # outcomes are read from the concurrent futures
             w.add_done_callback(_retrieved)
         try:
-            await asyncio.wait({waker, *wrapped}, return_when=asyncio.FIRST_COMPLETED)
+            waits = {waker, *wrapped}
+            while True:
+                done, _ = await asyncio.wait(
+                    waits, timeout=recheck_s, return_when=asyncio.FIRST_COMPLETED
+                )
+                if done or moved():
+                    break
             # Taken and in flight (proposed right behind the entry whose apply
             # woke us): its result is a commit away; wait for it rather than
             # give it back and lease again.
@@ -528,10 +543,10 @@ def _retrieved(fut: asyncio.Future[Any]) -> None:
 
 def _recheck_s(replicas: list[PartitionReplica]) -> float:
     """RECHECK_S, longer while many polls stand here: each re-check costs the
-    event loop a stand and a withdraw, and thousands of polls re-checking
-    every RECHECK_S would starve the node (2,000 polls: 8,000 a second).
-    Wake-ups (an apply) and due timers still end the sleep at once; only
-    noticing a leadership move waits longer (at most RECHECK_MAX_S)."""
+    event loop a timer and a plan comparison, and 2,000 polls re-checking
+    every RECHECK_S would be 8,000 a second. Wake-ups (an apply) and due
+    timers still end the sleep at once; only noticing a leadership move waits
+    longer (at most RECHECK_MAX_S)."""
     standing = max((len(r.standing) for r in replicas), default=0)
     return min(RECHECK_MAX_S, RECHECK_S * max(1, standing // RECHECK_SHARE))
 
@@ -541,10 +556,23 @@ RECHECK_SHARE = 128
 RECHECK_MAX_S = 5.0
 
 
+def _sleep_s(remaining: float, replicas: list[PartitionReplica]) -> float:
+    """How long a poll that found nothing stands unless woken: until its
+    deadline or the first due timer (a lease ends, a delay passes), and at
+    most WAKE_MAX_S, well within its standing lease's STAND_S. Leadership is
+    re-checked meanwhile (``_recheck_s``, in memory); with nothing due an idle
+    poll makes no store read or stand of its own more often than this."""
+    return min(remaining, _until_due_s(replicas), WAKE_MAX_S)
+
+
+# An idle poll stands again (withdraw, a "nothing visible" read, stand) this often.
+WAKE_MAX_S = STAND_S / 2
+
+
 def _until_due_s(replicas: list[PartitionReplica]) -> float:
     """Seconds until the earliest lease deadline or delay of ``replicas``
-    (a little after, so the timer is surely due); RECHECK_S if none."""
+    (a little after, so the timer is surely due); infinity if none."""
     dues = [d for d in (r.next_due_ms() for r in replicas) if d is not None]
     if not dues:
-        return RECHECK_S
+        return math.inf
     return max(0.0, (min(dues) - now_ms()) / 1000) + 0.002
