@@ -234,9 +234,27 @@ class Counters:
 STATUS_COUNTER = {Status.LEASED: "leased", Status.WAITING: "waiting", Status.DEAD: "dead"}
 
 
+# Decoded configs by their stored bytes. Every apply reads its partition's
+# config and a config changes rarely: decoding and validating it again cost
+# ~10 us of each apply, on every replica (docs/benchmarks.md). The value is
+# frozen, so one decoded copy serves every reader; the bound only stops a
+# process with very many distinct configs from growing the table.
+_CONFIGS: dict[bytes, PartitionConfig] = {}
+_CONFIGS_MAX = 1024
+_DEFAULT_CONFIG = PartitionConfig()
+
+
 def load_config(txn: KVTxn) -> PartitionConfig:
     raw = txn.get(META, _CONFIG_KEY)
-    return PartitionConfig() if raw is None else read_config(Reader(raw))
+    if raw is None:
+        return _DEFAULT_CONFIG
+    cfg = _CONFIGS.get(raw)
+    if cfg is None:
+        cfg = read_config(Reader(raw))
+        if len(_CONFIGS) >= _CONFIGS_MAX:
+            _CONFIGS.clear()
+        _CONFIGS[raw] = cfg
+    return cfg
 
 
 def store_config(txn: KVTxn, config: PartitionConfig) -> None:
