@@ -204,3 +204,56 @@ def _lease_meanwhile(
     receipts = [m.receipt for m in [*first, *got, *after]]
     assert all(r.ok for r in client.ack(name, receipts))
     return [m.body for m in got], [m.body for m in after], lease, asked_ms, answered[0]
+
+
+def test_an_append_while_the_receive_waits_for_its_lingering_lease_is_leased_with_it(
+    lingering: LocalCluster,
+) -> None:
+    # W4's slowest messages (docs/benchmarks.md, "W4: the Append behind a
+    # lease in flight"). "c"'s Receive takes up its lingering lease while the
+    # lease's Append is still committing (both followers paused here: a
+    # commit away on a live cluster) and waits for it. A Send meanwhile found
+    # no request of "c" standing: its message waited for that Receive to
+    # answer, then for a lease of its own, one more Raft round. Now the
+    # waiting Receive stands a new lingering request first, and the Send's
+    # Append takes it along in its own entry, while the followers still sleep.
+    client = lingering.client(timeout_s=20.0)
+    name = "behind"
+    client.create_queue(name, partitions=1, replication_factor=3)
+    lead(client, name, {0: "n1"})
+    client.send_batch(name, [b"m0", b"m1"])
+    request = queue_pb2.ReceiveRequest(
+        queue=name, max_messages=1, wait_ms=1000, consumer="c", visibility_ms=30_000
+    )
+    with (
+        grpc.insecure_channel(lingering.specs[0].address) as channel,
+        ThreadPoolExecutor(2) as pool,
+    ):
+        stub = queue_pb2_grpc.QueueServiceStub(channel)
+        receive = partial(stub.Receive, metadata=token(lingering), timeout=20)
+        first = [m for _ in range(2) for m in receive(request).messages]
+        assert [m.body for m in first] == [b"m0", b"m1"]  # back in time: n1 lingers for "c"
+        request.max_messages = 10
+        for i in (1, 2):
+            lingering.pause(i)
+        try:
+            m2 = pool.submit(client.send, name, b"m2")  # takes the lingering request along
+            time.sleep(0.15)
+            waiting = stub.Receive.future(request, timeout=20, metadata=token(lingering))
+            time.sleep(0.15)  # it waits for m2's lease to commit
+            m3 = pool.submit(client.send, name, b"m3")
+            time.sleep(0.15)
+            resumed_ms = int(time.time() * 1000)
+        finally:
+            for i in (1, 2):
+                lingering.resume(i)
+        got = list(waiting.result().messages)
+        sent = [m2.result(), m3.result()]
+        if b"m3" not in [m.body for m in got]:  # in flight when it answered: the next one's
+            got += receive(request).messages
+    assert sorted(m.body for m in got) == [b"m2", b"m3"]
+    assert all(m.receive_count == 1 for m in got)
+    (lease,) = client.get_history(name, 0, sent[1].offset).deliveries
+    assert lease.consumer == "c"
+    assert lease.time_ms < resumed_ms  # leased while the followers slept: with m3's Append
+    assert all(r.ok for r in client.ack(name, [m.receipt for m in [*first, *got]]))

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from raft_queue import errors
 from raft_queue.replication.partition import PartitionReplica
@@ -56,10 +56,7 @@ class Linger:
 
     def taken(self) -> bool:
         """Whether a lease of it was proposed (its messages are a commit away)."""
-        return any(
-            s.future.running() or (s.future.done() and not s.future.cancelled())
-            for _, _, s in self.stands
-        )
+        return any(is_taken(s) for _, _, s in self.stands)
 
     def adopt(self, part: int, replica: PartitionReplica, timeout_s: float) -> Standing | None:
         """Hand the request on ``part`` over to a poll standing there now
@@ -120,16 +117,11 @@ class Lingering:
         lin.stands = [st for st in lin.stands if not st[2].future.cancelled()]
         for _, _, s in lin.stands:
             s.deadline = time.monotonic() + self.window_s
-        have = {(p, id(r)) for p, r, _ in lin.stands}
-        for part, replica in local:
-            if (part, id(replica)) not in have:
-                try:
-                    request = replica.standing.stand(
-                        key[1], max_n, visibility_ms, self.window_s, lingering=True
-                    )
-                except errors.ResourceExhausted:
-                    continue  # over a standing-poll bound: no lingering here
-                lin.stands.append((part, replica, request))
+        # A kept lease already taken (in flight: its messages are the next
+        # Receive's) does not stand any more: the partition gets a request
+        # that does, for the Append after it.
+        have = {(p, id(r)) for p, r, s in lin.stands if not is_taken(s)}
+        lin.stands += self.stand(key[1], max_n, visibility_ms, local, have)
         # Two Receives of one consumer in flight (a consumer receiving ahead,
         # or threads sharing a client's consumer id): the other's linger,
         # held meanwhile, is undone, not dropped; else its leases, once
@@ -138,6 +130,29 @@ class Lingering:
         if lin.stands:
             self._held[key] = lin
             lin.timer = loop.call_later(self.window_s, self._expire, key, lin)
+
+    def stand(
+        self,
+        consumer: str,
+        max_n: int,
+        visibility_ms: int,
+        local: list[tuple[int, PartitionReplica]],
+        have: Collection[tuple[int, int]] = (),
+    ) -> list[Stand]:
+        """A lingering request for ``consumer`` on each partition of ``local``
+        but those in ``have`` ((partition, id(replica))), for the window."""
+        stands: list[Stand] = []
+        for part, replica in local:
+            if (part, id(replica)) in have:
+                continue
+            try:
+                request = replica.standing.stand(
+                    consumer, max_n, visibility_ms, self.window_s, lingering=True
+                )
+            except errors.ResourceExhausted:
+                continue  # over a standing-poll bound: no lingering here
+            stands.append((part, replica, request))
+        return stands
 
     def _drop(self, key: Key, keep: Linger) -> None:
         """Undo the linger held for ``key``, unless it is ``keep``."""
@@ -159,3 +174,9 @@ class Lingering:
             old = now - self.window_s
             self._returned = {k: t for k, t in self._returned.items() if t >= old}
         self._returned[key] = now
+
+
+def is_taken(request: Standing) -> bool:
+    """Whether ``request``'s lease was proposed (in flight) or applied."""
+    fut = request.future
+    return fut.running() or (fut.done() and not fut.cancelled())

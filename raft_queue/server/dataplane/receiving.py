@@ -42,7 +42,7 @@ from raft_queue.server.api import convert, receipt_results
 from raft_queue.server.cluster import Cluster
 from raft_queue.server.dataplane import bounds
 from raft_queue.server.dataplane import stands as standing
-from raft_queue.server.dataplane.lingering import Linger, Lingering, Stand
+from raft_queue.server.dataplane.lingering import Linger, Lingering, Stand, is_taken
 from raft_queue.server.dataplane.sending import now_ms
 from raft_queue.server.dataplane.settling import Settler
 from raft_queue.server.dataplane.withdrawals import POLL_ID_KEY, new_poll_id
@@ -116,7 +116,7 @@ class Receiver:
         carried = self._start_acks(q, request, forwarded)  # before the lease: one entry
         lin = self.lingering.take(key, visibility) if request.consumer else None
         try:
-            out = await self._taken_up(q, lin, visibility)
+            out = await self._taken_up(q, request.consumer, max_n, lin, visibility)
             taken_up = bool(out)
             if lin is not None:
                 _stage("r.linger_got" if out else "r.linger_none")
@@ -124,11 +124,14 @@ class Receiver:
                 out = await self._receive_now(args, deadline, forwarded, lin)
             if lin is not None and lin.stands:
                 # The linger's requests that no stand of this poll adopted
-                # (its first round answered, or their partition was not led
-                # here when it stood) kept standing while it ran: what they
-                # took is this Receive's, leased after it arrived. Left to the
-                # consumer's next Receive, such a lease reached it with part
-                # of its visibility spent (the seeded campaign's double lease).
+                # (its first round answered, it waited for a lease in flight,
+                # or their partition was not led here when it stood) kept
+                # standing while it ran: what they took and is applied is
+                # this Receive's, leased after it arrived. Left to the
+                # consumer's next Receive after a long wait here, such a lease
+                # reached it with part of its visibility spent (the seeded
+                # campaign's double lease). A lease still in flight stays in
+                # the linger: the next Receive gives it back unless fresh.
                 meanwhile, lin.stands = standing.take_meanwhile(lin.stands)
                 out += standing.messages(q, meanwhile, self.cluster.receipts, self.cluster.crypto)
         except BaseException:
@@ -167,26 +170,41 @@ class Receiver:
             return out
         return await self._long_poll(*args, deadline, lin)
 
-    async def _taken_up(self, q: QueueRecord, lin: Linger | None, visibility: int) -> list[Any]:
+    async def _taken_up(
+        self, q: QueueRecord, consumer: str, max_n: int, lin: Linger | None, visibility: int
+    ) -> list[Any]:
         """The messages of ``lin``'s leases (proposed, so a commit away), []
-        if none was taken; if some were, its requests not taken are
-        withdrawn. Those leases were taken at most the linger window before
-        this Receive arrived (now): any ending earlier than that allows is
-        given back (stands.fresh)."""
+        if none was taken. Those leases were taken at most the linger window
+        before this Receive arrived (now): any ending earlier than that
+        allows is given back (stands.fresh). Its requests not taken stay in
+        ``lin``, standing.
+
+        While this Receive waits for a lease in flight (one commit), its
+        consumer has no request standing on that partition: an Append
+        proposed meanwhile took nothing along, and its messages waited for
+        the next Receive and a Raft round of its own (W4's slowest messages:
+        docs/benchmarks.md). So the partition gets a new lingering request
+        first; what it takes belongs to this Receive if applied by its
+        answer, else to the consumer's next Receive (``take_meanwhile``)."""
         if lin is None or not lin.taken():
             return []
         earliest = now_ms() + visibility - self.lingering.window_ms - standing.FRESH_SLACK_MS
-        running = [asyncio.wrap_future(s.future) for _, _, s in lin.stands if s.future.running()]
-        for w in running:
-            w.add_done_callback(_retrieved)
-        stands, lin.stands = lin.stands, []
+        taken = [st for st in lin.stands if is_taken(st[2])]
+        lin.stands = [st for st in lin.stands if not is_taken(st[2])]
+        running = [st for st in taken if st[2].future.running()]
         try:
             if running:
-                await asyncio.wait(running, timeout=standing.TAKEN_WAIT_S)
+                lin.stands += self.lingering.stand(
+                    consumer, max_n, visibility, [(p, r) for p, r, _ in running]
+                )
+                waits = [asyncio.wrap_future(s.future) for _, _, s in running]
+                for w in waits:
+                    w.add_done_callback(_retrieved)
+                await asyncio.wait(waits, timeout=standing.TAKEN_WAIT_S)
         except BaseException:
-            standing.undo(stands)
+            standing.undo(taken)
             raise
-        claimed = standing.fresh(standing.withdraw(stands, keep=True), earliest)
+        claimed = standing.fresh(standing.withdraw(taken, keep=True), earliest)
         return standing.messages(q, claimed, self.cluster.receipts, self.cluster.crypto)
 
     async def _round(self, q: QueueRecord, consumer: str, max_n: int, visibility: int) -> list[Any]:

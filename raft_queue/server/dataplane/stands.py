@@ -46,18 +46,21 @@ TAKEN_WAIT_S = 1.0
 FRESH_SLACK_MS = 50
 
 
-def taken(stand: Stand) -> bool:
-    """Whether ``stand``'s lease was proposed (in flight) or applied."""
-    fut = stand[2].future
-    return fut.running() or (fut.done() and not fut.cancelled())
-
-
 def take_meanwhile(stands: list[Stand]) -> tuple[list[Claimed], list[Stand]]:
-    """(the applied leases of ``stands``, the requests still standing): what
-    was taken is withdrawn (kept if applied, given back if in flight)."""
-    done = [st for st in stands if taken(st)]
-    left = [st for st in stands if not taken(st) and not st[2].future.cancelled()]
+    """(the applied leases of ``stands``, the rest but those cancelled): an
+    applied lease is withdrawn and kept. A lease in flight stays with its
+    request, as a request still standing does: the caller's linger keeps
+    both for the consumer's next Receive, which checks how fresh a lease it
+    takes up is (``fresh``). Given back here, its messages would wait for
+    the Release's round and then a lease of their own."""
+    done = [st for st in stands if _applied(st)]
+    left = [st for st in stands if not _applied(st) and not st[2].future.cancelled()]
     return withdraw(done, keep=True), left
+
+
+def _applied(stand: Stand) -> bool:
+    fut = stand[2].future
+    return fut.done() and not fut.cancelled()
 
 
 def withdraw(stands: list[Stand], keep: bool) -> list[Claimed]:
