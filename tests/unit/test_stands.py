@@ -6,10 +6,12 @@ again before this one's visibility, asked at its arrival, ends."""
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import Any
 
 from raft_queue.core.results import LeasedSpan, LeaseResult
-from raft_queue.server.dataplane.stands import split_stale
+from raft_queue.replication.standing import Standing
+from raft_queue.server.dataplane.stands import split_stale, take_meanwhile
 
 
 def span(offset: int, deadline_ms: int) -> LeasedSpan:
@@ -39,3 +41,25 @@ def test_nothing_is_split_off_when_every_lease_is_fresh() -> None:
     ok, stale = split_stale([(0, a, res)], 20_000)
     assert ok == [(0, a, res)] and ok[0][2] is res
     assert stale == []
+
+
+class _ResolvedWhileLooked(Future):  # type: ignore[type-arg]
+    """A lease the driver thread applies right after its first look."""
+
+    def done(self) -> bool:
+        was = super().done()
+        if not was and not self.running():
+            self.set_running_or_notify_cancel()
+            self.set_result(LeaseResult(()))
+        return was
+
+
+def test_a_lease_applied_while_take_meanwhile_looks_stays_in_one_list() -> None:
+    # Two passes over the requests (one for the applied, one for the rest)
+    # lost a request that the driver resolved between them: in neither
+    # list, its lease was never delivered nor given back.
+    request = Standing("c", 10, 30_000, deadline=0.0)
+    request.future = _ResolvedWhileLooked()
+    stand: Any = (0, object(), request)
+    claimed, left = take_meanwhile([stand])
+    assert (claimed, left) == ([], [stand])

@@ -189,8 +189,11 @@ class Receiver:
         if lin is None or not lin.taken():
             return []
         earliest = now_ms() + visibility - self.lingering.window_ms - standing.FRESH_SLACK_MS
-        taken = [st for st in lin.stands if is_taken(st[2])]
-        lin.stands = [st for st in lin.stands if not is_taken(st[2])]
+        taken: list[Stand] = []
+        still: list[Stand] = []
+        for st in lin.stands:  # one look each: the driver thread may claim it any time
+            (taken if is_taken(st[2]) else still).append(st)
+        lin.stands = still
         running = [st for st in taken if st[2].future.running()]
         try:
             if running:

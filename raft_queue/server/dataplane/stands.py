@@ -53,14 +53,16 @@ def take_meanwhile(stands: list[Stand]) -> tuple[list[Claimed], list[Stand]]:
     both for the consumer's next Receive, which checks how fresh a lease it
     takes up is (``fresh``). Given back here, its messages would wait for
     the Release's round and then a lease of their own."""
-    done = [st for st in stands if _applied(st)]
-    left = [st for st in stands if not _applied(st) and not st[2].future.cancelled()]
+    done: list[Stand] = []
+    left: list[Stand] = []
+    for st in stands:  # one look each: the driver thread may resolve it any time
+        fut = st[2].future
+        if fut.done():
+            if not fut.cancelled():  # a cancelled request took nothing: dropped
+                done.append(st)
+        else:
+            left.append(st)
     return withdraw(done, keep=True), left
-
-
-def _applied(stand: Stand) -> bool:
-    fut = stand[2].future
-    return fut.done() and not fut.cancelled()
 
 
 def withdraw(stands: list[Stand], keep: bool) -> list[Claimed]:
