@@ -236,7 +236,8 @@ STATUS_COUNTER = {Status.LEASED: "leased", Status.WAITING: "waiting", Status.DEA
 
 # Decoded configs by their stored bytes. Every apply reads its partition's
 # config and a config changes rarely: decoding and validating it again cost
-# ~10 us of each apply, on every replica (docs/benchmarks.md). The value is
+# 4.6 us of each apply on a quiet core (~11 us under load, py-spy), on every
+# replica (docs/benchmarks.md). The value is
 # frozen, so one decoded copy serves every reader; the bound only stops a
 # process with very many distinct configs from growing the table.
 _CONFIGS: dict[bytes, PartitionConfig] = {}
