@@ -43,6 +43,10 @@ CLIENT_PRINCIPAL = "admin"  # whom the client certificate of a TLS cluster names
 PORT_LO, PORT_HI, CHUNK = 12000, 32000, 128
 _pool: list[int] = []  # free_port(): ports of this process's current chunk
 _pool_fds: list[int] = []
+# Chunks free_port() has handed out in this process: never drawn again until
+# every chunk has been, so one process sees a port repeat only after ~20,000
+# (a fresh random draw repeated a released chunk: 872 distinct of 1,000).
+_pool_chunks: set[int] = set()
 _held: dict[int, list[int]] = {}  # free_block(): start -> lock descriptors (oldest first)
 # free_block() callers never give their block back, and one test process (the
 # whole suite) asks for hundreds: beyond this many, the oldest reservation is
@@ -64,13 +68,19 @@ def _release(fds: list[int]) -> None:
     fds.clear()
 
 
-def reserve_ports(size: int) -> tuple[int, list[int]]:
+def reserve_ports(size: int, avoid: frozenset[int] = frozenset()) -> tuple[int, list[int]]:
     """A run of ``size`` ports no other LocalCluster process will use while the
-    returned descriptors stay open (close them to release): (first port, fds)."""
+    returned descriptors stay open (close them to release): (first port, fds).
+    Chunks whose first port is in ``avoid`` are not drawn."""
     chunks = -(-size // CHUNK)
     lock_dir = _lock_dir()
-    for _ in range(400):
-        first = random.randrange(PORT_LO // CHUNK, PORT_HI // CHUNK - chunks + 1)
+    candidates = [
+        first
+        for first in range(PORT_LO // CHUNK, PORT_HI // CHUNK - chunks + 1)
+        if not any(c * CHUNK in avoid for c in range(first, first + chunks))
+    ]
+    for _ in range(400 if candidates else 0):
+        first = random.choice(candidates)
         fds: list[int] = []
         for c in range(first, first + chunks):
             fd = os.open(lock_dir / f"{c * CHUNK}.lock", os.O_CREAT | os.O_RDWR, 0o666)
@@ -91,7 +101,12 @@ def free_port() -> int:
     while True:
         if not _pool:
             _release(_pool_fds)
-            start, fds = reserve_ports(CHUNK)
+            try:
+                start, fds = reserve_ports(CHUNK, frozenset(_pool_chunks))
+            except RuntimeError:
+                _pool_chunks.clear()  # every chunk drawn once: start over
+                start, fds = reserve_ports(CHUNK)
+            _pool_chunks.add(start)
             _pool_fds.extend(fds)
             _pool.extend(range(start + CHUNK - 1, start - 1, -1))
         port = _pool.pop()
