@@ -379,22 +379,31 @@ class ReplicatedGroup(SafeSyncObj):
             for _, fut, _, _ in pending:
                 _fail(fut, err)
             return
+        own = len(pending)
         pending.extend(self.riders(pending))
         for start in range(0, len(pending), MAX_COMMANDS_PER_ENTRY):
-            self._propose(pending[start : start + MAX_COMMANDS_PER_ENTRY])
+            self._propose(pending[start : start + MAX_COMMANDS_PER_ENTRY], max(0, own - start))
 
     def _holding(self, now: float) -> bool:
         """Only held commands are pending, and their time has not come."""
         return self._plain == 0 and now < self._hold_due
 
-    def _propose(self, chunk: list[Pending]) -> None:
+    def _propose(self, chunk: list[Pending], own: int | None = None) -> None:
+        """Propose ``chunk`` as one entry (halves if too big). Its commands
+        from ``own`` on are riders (``riders``): their waiters are resolved
+        first at the apply. A rider is a poll's lease that delivers what the
+        commands before it stored, on its way to a consumer; a Send's answer
+        only tells its producer. Resolved the other way round, the Send ran
+        its answer on the loop before the Receive got it (W4)."""
+        own = len(chunk) if own is None else min(own, len(chunk))
         commands = [c for c, _, _, _ in chunk]
         payload = self.encode_batch(commands)
         if len(payload) > self.max_entry_bytes and len(chunk) > 1:
             half = len(chunk) // 2
-            self._propose(chunk[:half])
-            self._propose(chunk[half:])
+            self._propose(chunk[:half], own)
+            self._propose(chunk[half:], max(0, own - half))
             return
+        order = [*range(own, len(chunk)), *range(own)]  # riders first
         futures = [f for _, f, _, _ in chunk]
         levels = [lv for _, _, _, lv in chunk]
         deadline = max(d for _, _, d, _ in chunk)
@@ -415,8 +424,10 @@ class ReplicatedGroup(SafeSyncObj):
             _stage("s.applied")
             self.probe.committed(time.monotonic() - proposed)
             results = self.split_results(result, len(futures))
-            for fut, res, level in zip(futures, results, levels, strict=True):
-                _resolve(fut, _with_level(res, _COMMITTED.get(level, level)) if level else res)
+            for i in order:
+                res, level = results[i], levels[i]
+                res = _with_level(res, _COMMITTED.get(level, level)) if level else res
+                _resolve(futures[i], res)
 
         self.propose(payload, callback=done)
 

@@ -45,6 +45,7 @@ from raft_queue.server.dataplane import stands as standing
 from raft_queue.server.dataplane.lingering import Linger, Lingering, Stand, is_taken
 from raft_queue.server.dataplane.sending import now_ms
 from raft_queue.server.dataplane.settling import Settler
+from raft_queue.server.dataplane.wakeups import Settling, until_settled
 from raft_queue.server.dataplane.withdrawals import POLL_ID_KEY, new_poll_id
 from raft_queue.server.peers import RemoteError
 
@@ -200,10 +201,7 @@ class Receiver:
                 lin.stands += self.lingering.stand(
                     consumer, max_n, visibility, [(p, r) for p, r, _ in running]
                 )
-                waits = [asyncio.wrap_future(s.future) for _, _, s in running]
-                for w in waits:
-                    w.add_done_callback(_retrieved)
-                await asyncio.wait(waits, timeout=standing.TAKEN_WAIT_S)
+                await until_settled([s.future for _, _, s in running], standing.TAKEN_WAIT_S)
         except BaseException:
             standing.undo(taken)
             raise
@@ -418,23 +416,18 @@ class Receiver:
             raise
         _stage("r.stand")
         waker = asyncio.ensure_future(woken)
-        wrapped = [asyncio.wrap_future(s.future) for _, _, s in stands]
-        for w in wrapped:  # outcomes are read from the concurrent futures
-            w.add_done_callback(_retrieved)
+        watch = Settling([s.future for _, _, s in stands], also=waker)
         try:
-            waits = {waker, *wrapped}
             while True:
-                done, _ = await asyncio.wait(
-                    waits, timeout=recheck_s, return_when=asyncio.FIRST_COMPLETED
-                )
-                if done or moved():
+                await watch.wait(recheck_s, first=True)
+                if watch.any or moved():
                     break
             # Taken and in flight (proposed right behind the entry whose apply
             # woke us): its result is a commit away; wait for it rather than
             # give it back and lease again.
-            taken = [w for w, (_, _, s) in zip(wrapped, stands, strict=True) if s.future.running()]
+            taken = [s.future for _, _, s in stands if s.future.running()]
             if taken:
-                await asyncio.wait(taken, timeout=standing.TAKEN_WAIT_S)
+                await until_settled(taken, standing.TAKEN_WAIT_S)
         except BaseException:  # cancelled: every lease taken for us goes back
             standing.undo(stands)
             raise
