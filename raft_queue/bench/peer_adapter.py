@@ -52,7 +52,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from raft_queue.client import MAX_BATCH, Client
@@ -197,17 +197,26 @@ class RaftQueueAdapter:
 
     def _consume_ahead(self, max_n: int, wait_ms: int) -> list[bytes]:
         """Up to ``max_n`` of the messages received ahead (waiting for the
-        oldest Receive in flight if none is held), acked as the mode says
-        (background: they ride the next Receive); then Receives of
+        first Receive in flight to answer if none is held), acked as the mode
+        says (background: they ride the next Receive); then Receives of
         ``recv`` leave while the window has room for one, up to
-        ``prefetch`` in flight."""
+        ``prefetch`` in flight.
+
+        Whichever Receive answers first is taken, as a push consumer takes
+        messages as they come: waiting for the oldest instead stalled a
+        drain's end for a whole ``wait_ms`` when a younger Receive reached
+        the leader first and leased the last messages, leaving the oldest
+        to long-poll an empty queue (W3, once in 6-8 runs)."""
         client, receiver = self._c(), self._receiver
         assert receiver is not None
         held, ahead = self._held, self._ahead
         if not held:
             if not ahead:
                 ahead.append(receiver.submit(client.receive, self.dest, self.recv, None, wait_ms))
-            held.extend(ahead.popleft().result())
+            done, _ = wait(ahead, return_when=FIRST_COMPLETED)
+            for fut in [f for f in ahead if f in done]:  # in the order they left
+                ahead.remove(fut)
+                held.extend(fut.result())
         out = [held.popleft() for _ in range(min(max_n, len(held)))]
         if out and self.ack_mode != "none":
             client.ack(self.dest, out, wait=self.ack_mode == "sync")
