@@ -31,9 +31,7 @@ how many Receives are kept in flight ahead of the harness (0: none; ``auto``
 by default: 2 when the harness made this adapter with ``max_inflight`` > 1,
 its throughput workloads (W2, W3's drain), 0 when ``max_inflight`` is 1, its
 latency workloads (W1, W4's consumer, where receiving ahead tripled W4's
-p99)); ``stream``, ``rstream``: 0 for unary Sends or Receives only (an
-A/B; by default both ride one stream per node); ``recv``: messages per
-Receive ahead (``auto``: the harness's
+p99)); ``recv``: messages per Receive ahead (``auto``: the harness's
 ``consumer_window`` / ``prefetch``, at most 1,000: 512 in W3). This is the
 NATS adapter's push consumer (``max_ack_pending`` = the window, messages
 pushed into a client buffer as acks free it) and RabbitMQ's prefetch: the
@@ -120,19 +118,13 @@ class RaftQueueAdapter:
         # stream=0: unary Sends only (Client(send_stream=False)), to compare
         # against SendStream on one cluster in the same minutes.
         self.send_stream = str(opts.get("stream", "1")) not in ("0", "false", "no")
-        # rstream=0: unary Receives only (Client(receive_stream=False)), the same A/B.
-        self.receive_stream = str(opts.get("rstream", "1")) not in ("0", "false", "no")
         self.client: Client | None = None
         self._pool: ThreadPoolExecutor | None = None
 
     def connect(self) -> None:
         # token option, else $RAFTQ_TOKEN, else the admin token of cluster_dir (dev up's)
         self.client = Client(
-            self.target,
-            timeout_s=60,
-            token=self._token(),
-            send_stream=self.send_stream,
-            receive_stream=self.receive_stream,
+            self.target, timeout_s=60, token=self._token(), send_stream=self.send_stream
         )
         self._pool = ThreadPoolExecutor(self.threads)
         self._receiver = ThreadPoolExecutor(self.prefetch) if self.prefetch else None
@@ -264,8 +256,6 @@ class RaftQueueAdapter:
             "publish_threads": self.threads,
             "ack_mode": self.ack_mode,
             "prefetch": self.prefetch_mode,
-            "streams": ("send" if self.send_stream else "")
-            + ("+receive" if self.receive_stream else ""),
             "client": "raft_queue SDK (grpcio " + version("grpcio") + ")",
         }
 

@@ -46,7 +46,7 @@ from raft_queue.client.redirect import Redirects, follows_redirects
 from raft_queue.client.redrive import RedriveProgress, redrive
 from raft_queue.client.retry import Backoff, Retrier
 from raft_queue.client.routing import AnyNode, Router
-from raft_queue.client.send_stream import CallStreams
+from raft_queue.client.send_stream import SendStreams
 from raft_queue.client.subscription import Subscription
 from raft_queue.client.tls import ClientTls, sync_factory
 from raft_queue.errors import InvalidArgument, QueueError
@@ -312,7 +312,6 @@ class Client(Surface):
         ack_flush_ms: int = FLUSH_MS,
         follow_redirects: bool = True,
         send_stream: bool = True,
-        receive_stream: bool = True,
     ) -> None:
         tls_args = {"tls": tls, "ca_file": ca_file, "cert_file": cert_file, "key_file": key_file}
         self._redirects = Redirects(follow_redirects, token, timeout_s=timeout_s, retries=retries,
@@ -327,12 +326,7 @@ class Client(Surface):
         self.background_acks = BackgroundAcks(self._send_acks, ack_flush_ms)
         # send_stream: a Send with no other in flight to its node rides one
         # long-lived SendStream (client/send_stream.py); False: unary only.
-        self._streams = CallStreams(self._router) if send_stream else None
-        # receive_stream: a Receive with no other in flight to its node rides
-        # one long-lived ReceiveStream (server/api/receive_stream.py).
-        self._receive_streams = (
-            CallStreams(self._router, rpc="ReceiveStream") if receive_stream else None
-        )
+        self._streams = SendStreams(self._router) if send_stream else None
 
     def __enter__(self) -> Client:
         return self
@@ -346,9 +340,8 @@ class Client(Surface):
         try:
             self.background_acks.close()
         finally:
-            for streams in (self._streams, self._receive_streams):
-                if streams is not None:
-                    streams.close()
+            if self._streams is not None:
+                self._streams.close()
             self._router.close()
 
     def flush_acks(self) -> None:
@@ -421,19 +414,13 @@ class Client(Surface):
         """Run one Call with routing and retries; raise QueueError, never grpc.RpcError."""
         target = call.to or AnyNode()
         router = self._router
-        streams = (
-            self._streams
-            if call.rpc == "Send"
-            else self._receive_streams
-            if call.rpc == "Receive" and not call.admin
-            else None
-        )
+        streams = self._streams if call.rpc == "Send" else None
 
         def attempt(timeout_s: float) -> Any:
             address = target.address(router)
             if streams is not None:
                 try:
-                    answer = streams.send(address, call.request, timeout_s, call.mutating)
+                    answer = streams.send(address, call.request, timeout_s)
                 except QueueError as refused:
                     target.failed(router, address, refused)
                     raise

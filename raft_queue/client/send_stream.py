@@ -1,4 +1,4 @@
-"""Sends (and Receives) on one long-lived stream per node (issue 17), for the sync Client.
+"""Sends on one long-lived SendStream per node (issue 17), for the sync Client.
 
 A unary Send pays a call set-up each time; on an open bidi stream a request
 is one message each way (``python -m raft_queue.bench.grpc_floor``: 0.62 ->
@@ -8,13 +8,6 @@ free, and answers None otherwise (a second thread's send, a node that does
 not serve SendStream): the caller then makes the unary call. So a producer
 with one message in flight uses the stream, and concurrent senders keep
 their parallelism through unary calls.
-
-Receives ride a ReceiveStream per node the same way (``CallStreams(router,
-"ReceiveStream")``, server/api/receive_stream.py): a consume loop with one
-Receive in flight, long polls included, pays one message each way per
-Receive. A broken or timed-out stream raises what the broken unary call
-would (``Call.mutating``: OutcomeUnknown or Unavailable), and the Retrier
-decides as for the unary call.
 
 What an attempt on the stream raises is what the unary Send would: a
 request's own failure comes back as data (its status code, details and
@@ -50,32 +43,31 @@ import grpc
 
 from raft_queue.client.errors import from_rpc_error, from_status
 from raft_queue.client.routing import Router
-from raft_queue.errors import OutcomeUnknown, Unavailable
+from raft_queue.errors import OutcomeUnknown
 
 WATCH_S = 0.05  # how late a timed-out stream attempt may end
 IDLE_S = 10.0  # a stream unused this long is closed
 
 
 class _Stream:
-    """One open stream (``rpc``): requests in through a queue, answers read in order."""
+    """One open SendStream: requests in through a queue, answers read in order."""
 
-    def __init__(self, stub: Any, metadata: Any, rpc: str = "SendStream") -> None:
+    def __init__(self, stub: Any, metadata: Any) -> None:
         self.busy = threading.Lock()
         self.deadline = 0.0  # monotonic; 0: nothing in flight
         self.used = time.monotonic()  # when the last request ended
         self.timed_out = False
         self.closed = False
         self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._answers = getattr(stub, rpc)(self._requests(), metadata=metadata)
+        self._answers = stub.SendStream(self._requests(), metadata=metadata)
 
     def _requests(self) -> Iterator[Any]:
         while (request := self._outbox.get()) is not None:
             yield request
 
     def call(self, request: Any, timeout_s: float) -> Any:
-        """The answer to ``request`` (a SendStreamResponse or
-        ReceiveStreamResponse); grpc.RpcError or StopIteration when the stream
-        broke."""
+        """The answer to ``request`` (a SendStreamResponse); grpc.RpcError or
+        StopIteration when the stream broke."""
         self.deadline = time.monotonic() + timeout_s
         try:
             self._outbox.put(request)
@@ -90,15 +82,11 @@ class _Stream:
         self._answers.cancel()
 
 
-class CallStreams:
-    """The client's streams of one kind (``rpc``: SendStream or
-    ReceiveStream), one per node address."""
+class SendStreams:
+    """The client's SendStreams, one per node address."""
 
-    def __init__(
-        self, router: Router, idle_s: float | None = None, rpc: str = "SendStream"
-    ) -> None:
+    def __init__(self, router: Router, idle_s: float | None = None) -> None:
         self._router = router
-        self._rpc = rpc
         self._idle_s = IDLE_S if idle_s is None else idle_s
         self._lock = threading.Lock()
         self._streams: dict[str, _Stream] = {}
@@ -106,13 +94,10 @@ class CallStreams:
         self._closed = False
         self._watchdog: threading.Thread | None = None
 
-    def send(
-        self, address: str, request: Any, timeout_s: float, mutating: bool = True
-    ) -> Any | None:
-        """The response (SendResponse, ReceiveResponse) of one attempt on
-        ``address``'s stream; None when the stream is busy or the node does
-        not serve it (make the unary call). Raises the QueueError of the
-        request, or of a broken stream (``mutating``: as ``from_rpc_error``)."""
+    def send(self, address: str, request: Any, timeout_s: float) -> Any | None:
+        """The SendResponse of one attempt on ``address``'s stream; None when
+        the stream is busy or the node does not serve it (make the unary call).
+        Raises the QueueError of the request, or of a broken stream."""
         stream = self._stream(address)
         if stream is None or not stream.busy.acquire(blocking=False):
             return None
@@ -128,21 +113,18 @@ class CallStreams:
                     self._unsupported.add(address)
                 return None
             if stream.timed_out:
-                why = f"deadline exceeded ({timeout_s:.2f} s) on the {self._rpc}"
-                if mutating:
-                    raise OutcomeUnknown(why) from exc
-                raise Unavailable(why) from exc
-            raise from_rpc_error(exc, mutating=mutating) from exc
+                why = f"deadline exceeded ({timeout_s:.2f} s) on the send stream"
+                raise OutcomeUnknown(why) from exc
+            raise from_rpc_error(exc, mutating=True) from exc
         except StopIteration:
             self._drop(address, stream)
-            why = f"the {self._rpc} ended before answering"
-            raise (OutcomeUnknown(why) if mutating else Unavailable(why)) from None
+            raise OutcomeUnknown("the send stream ended before answering") from None
         finally:
             stream.busy.release()
         if answer.HasField("error"):
             err = answer.error
             code = _CODES.get(err.code, grpc.StatusCode.UNKNOWN)
-            raise from_status(code, err.details, dict(err.trailers), mutating=mutating)
+            raise from_status(code, err.details, dict(err.trailers), mutating=True)
         return answer.response
 
     def close(self) -> None:
@@ -159,11 +141,10 @@ class CallStreams:
             stream = self._streams.get(address)
             if stream is None:
                 stub = self._router.queue_stub(address)
-                stream = _Stream(stub, self._router.metadata, self._rpc)
-                self._streams[address] = stream
+                stream = self._streams[address] = _Stream(stub, self._router.metadata)
                 if self._watchdog is None:
                     self._watchdog = threading.Thread(
-                        target=self._watch, name=f"raftq-{self._rpc}-streams", daemon=True
+                        target=self._watch, name="raftq-send-streams", daemon=True
                     )
                     self._watchdog.start()
             return stream

@@ -47,7 +47,6 @@ RPC_OPERATIONS: dict[str, tuple[str, str]] = {
     _Q + "SendStream": (SEND, "queue"),  # checked per request (server/api/send_stream.py)
     **{_Q + m: (RECEIVE, "queue") for m in ("Receive", "Ack", "Nack", "ChangeVisibility",
                                             "Subscribe")},
-    _Q + "ReceiveStream": (RECEIVE, "queue"),  # checked per request (server/api/send_stream.py)
     **{_Q + m: (READ, "queue") for m in ("Read", "CommitOffsets", "GetOffsets", "GetHistory")},
     # Quotas and usage (docs/operations.md): admin, on no queue.
     **{_A + m: (ADMIN, "") for m in ("SetQuota", "RemoveQuota", "ListQuotas", "GetUsage")},

@@ -38,18 +38,15 @@ def admin(cluster: LocalCluster) -> Iterator[Client]:
 
 
 class RawStream:
-    """One SendStream (or ``rpc``) on one node, driven by hand: ``ask`` sends
-    a request and returns its answer (or raises the stream's RpcError)."""
+    """One SendStream on one node, driven by hand: ``ask`` sends a request
+    and returns its answer (or raises the stream's RpcError)."""
 
-    def __init__(
-        self, address: str, token: str | None, rpc: str = "SendStream", timeout_s: float = 30
-    ) -> None:
+    def __init__(self, address: str, token: str | None) -> None:
         self.channel = grpc.insecure_channel(address)
         self.outbox: queue_mod.SimpleQueue[Any] = queue_mod.SimpleQueue()
         metadata = (("authorization", f"Bearer {token}"),) if token is not None else ()
         stub = queue_pb2_grpc.QueueServiceStub(self.channel)
-        requests = iter(self.outbox.get, None)
-        self.answers = getattr(stub, rpc)(requests, metadata=metadata, timeout=timeout_s)
+        self.answers = stub.SendStream(iter(self.outbox.get, None), metadata=metadata, timeout=30)
 
     def ask(self, queue: str, body: bytes = b"x", **fields: Any) -> Any:
         entries = fields.pop("entries", [queue_pb2.SendEntry(body=body)])

@@ -111,9 +111,6 @@ class FakeCluster:
             self.streams_opened: list[int] = []  # node of each SendStream opened
             self.streamed: list[tuple[int, bytes]] = []  # (node, request id) sent on a stream
             self.streams_ended: list[int] = []  # node of each SendStream that ended
-            self.serve_receive_streams = True  # False: ReceiveStream is UNIMPLEMENTED
-            self.receive_streams_opened: list[int] = []  # node of each ReceiveStream opened
-            self.receive_streamed = 0  # Receive requests answered on a ReceiveStream
         return self
 
     def stop(self) -> None:
@@ -172,31 +169,16 @@ class FakeCluster:
             with self.lock:
                 self.streams_ended.append(node)
 
-    def receive_stream(self, node: int, requests, context):
-        """ReceiveStream as a node serves it: each request is a Receive
-        (recorded, failed on cue as "Receive"), its error answered as data.
-        Off (``serve_receive_streams``): UNIMPLEMENTED, as an older node."""
-        if not self.serve_receive_streams:
-            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
-        with self.lock:
-            self.receive_streams_opened.append(node)
-        for request in requests:
-            try:
-                answer = queue_pb2.ReceiveStreamResponse(
-                    response=self._apply(node, "Receive", request)
-                )
-            except errors.QueueError as exc:
-                answer = queue_pb2.ReceiveStreamResponse(error=_stream_error(exc))
-            with self.lock:
-                self.receive_streamed += 1
-            yield answer
-
     def _stream_answers(self, node: int, requests, context):
         for request in requests:
             try:
                 answer = queue_pb2.SendStreamResponse(response=self._apply(node, "Send", request))
             except errors.QueueError as exc:
-                answer = queue_pb2.SendStreamResponse(error=_stream_error(exc))
+                code, details, trailers = to_status(exc)
+                error = queue_pb2.SendStreamError(
+                    code=code.value[0], details=details, trailers=dict(trailers)
+                )
+                answer = queue_pb2.SendStreamResponse(error=error)
             with self.lock:
                 self.streamed.append((node, request.request_id))
                 broken, self.break_streams = self.break_streams > 0, max(0, self.break_streams - 1)
@@ -420,12 +402,6 @@ class FakeCluster:
         )
 
 
-def _stream_error(exc: errors.QueueError) -> queue_pb2.SendStreamError:
-    """The status a unary call would end with, as a stream answer's error."""
-    code, details, trailers = to_status(exc)
-    return queue_pb2.SendStreamError(code=code.value[0], details=details, trailers=dict(trailers))
-
-
 def _servicer(base, rpcs):
     """A servicer class whose every RPC is ``cluster.dispatch(node, name, ...)``."""
 
@@ -433,8 +409,6 @@ def _servicer(base, rpcs):
         def call(self, request, context):
             if name == "SendStream":
                 return self.cluster.send_stream(self.node, request, context)
-            if name == "ReceiveStream":
-                return self.cluster.receive_stream(self.node, request, context)
             return self.cluster.dispatch(self.node, name, request, context)
 
         return call

@@ -52,8 +52,6 @@ AUTHORIZATION = "authorization"
 _LIST_QUEUES = "/raft_queue.v1.QueueService/ListQueues"
 _SEND = "/raft_queue.v1.QueueService/Send"
 SEND_STREAM = "/raft_queue.v1.QueueService/SendStream"
-RECEIVE_STREAM = "/raft_queue.v1.QueueService/ReceiveStream"
-_GATED = (SEND_STREAM, RECEIVE_STREAM)  # judged per request by a StreamGate
 
 #: The current call's ``authorization`` value (None outside an API call).
 CALLER_AUTHORIZATION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -210,7 +208,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 response_serializer=dump,
             )
         if handler.stream_stream is not None:
-            behave = self._gated_stream if method in _GATED else self._stream
+            behave = self._send_stream if method == SEND_STREAM else self._stream
             return grpc.stream_stream_rpc_method_handler(
                 behave(method, handler.stream_stream),
                 request_deserializer=handler.request_deserializer,
@@ -287,20 +285,17 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         return behavior
 
-    def _gated_stream(self, method: str, inner: Any) -> Any:
-        """SendStream and ReceiveStream: authenticated at once; each request
-        is judged by the stream's gate (server/api/send_stream.py), answered
-        in the stream."""
-        from raft_queue.server.api.send_stream import GATED_STREAMS, SEND_GATE, StreamGate
-
-        op = GATED_STREAMS[method][0]
+    def _send_stream(self, method: str, inner: Any) -> Any:
+        """SendStream: authenticated at once; each request is judged by the
+        stream's gate (server/api/send_stream.py), answered in the stream."""
+        from raft_queue.server.api.send_stream import SEND_GATE, StreamGate
 
         async def behavior(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
-            await self._admit(method, op, None, context)
+            await self._admit(method, access.SEND, None, context)
             authorization = _authorization(context)
             credential = (authorization, self._certificate(authorization, context))
             metered = self.meter is not None and VERIFIED_NODE.get() is None
-            SEND_GATE.set(StreamGate(self, credential, context, metered, method))
+            SEND_GATE.set(StreamGate(self, credential, context, metered))
             async for response in inner(requests, context):
                 yield response
 

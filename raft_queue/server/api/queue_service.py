@@ -25,7 +25,6 @@ from raft_queue.server.api import convert, receipt_results
 from raft_queue.server.api.answer import ANSWER, Answer
 from raft_queue.server.api.auth import CALLER_PRINCIPAL
 from raft_queue.server.api.packed import send_entries
-from raft_queue.server.api.receive_stream import ReceiveStreamServer
 from raft_queue.server.api.send_stream import SendStreamServer
 from raft_queue.server.api.status import abort_with
 from raft_queue.server.cluster import Cluster
@@ -72,7 +71,6 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
         self.subscriber = Subscriber(cluster, self.receiver)
         self.polls = PrincipalPolls(self.node.config.limits.max_long_polls_per_principal)
         self.send_stream = SendStreamServer(self.autocreate, self.sender, cluster.barrier)
-        self.receive_stream = ReceiveStreamServer(self.receive, cluster.barrier)
 
     # ---- queues (metadata) -------------------------------------------------------------
     @handled
@@ -136,21 +134,6 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
     async def Receive(self, request: Any, context: Any) -> Any:  # noqa: N802
         forwarded = is_forwarded(context)
         poll_id = poll_id_of(context) if forwarded else ""
-        return await self.receive(request, forwarded, poll_id)
-
-    async def ReceiveStream(  # noqa: N802
-        self, request_iterator: Any, context: Any
-    ) -> AsyncIterator[Any]:
-        """Receive on one stream (server/api/receive_stream.py): each request's
-        error is in its answer; only a stream-level failure ends the call."""
-        try:
-            async for answer in self.receive_stream.serve(request_iterator):
-                yield answer
-        except Exception as exc:
-            await abort_with(context, exc)
-
-    async def receive(self, request: Any, forwarded: bool = False, poll_id: str = "") -> Any:
-        """A Receive's ReceiveResponse (unary, or one request of a ReceiveStream)."""
         # Its Messages are made in place, or runs (answer.py); this task's context alone.
         answer = Answer(runs=request.runs and not forwarded)
         ANSWER.set(answer)

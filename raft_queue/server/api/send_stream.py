@@ -54,23 +54,13 @@ if TYPE_CHECKING:
     from raft_queue.server.dataplane.sending import Sender
 
 METHOD = "/raft_queue.v1.QueueService/SendStream"
-RECEIVE_METHOD = "/raft_queue.v1.QueueService/ReceiveStream"
 _SEND = "/raft_queue.v1.QueueService/Send"  # the quota and usage of a Send
-_RECEIVE = "/raft_queue.v1.QueueService/Receive"  # the usage of a Receive
 SEND_LABEL = "QueueService/Send"  # the RPC metrics each request on the stream counts under
 
-#: The open stream's gate, set by the door for the stream's task (SendStream
-#: and ReceiveStream: server/api/receive_stream.py).
+#: The open stream's gate, set by the door for the stream's task.
 SEND_GATE: contextvars.ContextVar[StreamGate | None] = contextvars.ContextVar(
     "raftq_send_gate", default=None
 )
-
-#: What a gated stream's requests are judged and metered as: (operation,
-#: the stream's method for the audit log, the unary method for quota/usage).
-GATED_STREAMS: dict[str, tuple[str, str, str]] = {
-    METHOD: (access.SEND, METHOD, _SEND),
-    RECEIVE_METHOD: (access.RECEIVE, RECEIVE_METHOD, _RECEIVE),
-}
 
 
 class StreamGate:
@@ -80,34 +70,27 @@ class StreamGate:
     grant revoked while the stream is open stops its next request."""
 
     def __init__(
-        self,
-        door: AuthInterceptor,
-        credential: tuple[str, Any],
-        context: Any,
-        metered: bool,
-        method: str = METHOD,
+        self, door: AuthInterceptor, credential: tuple[str, Any], context: Any, metered: bool
     ) -> None:
         self.door = door
         self.authorization, self.cert = credential
         self.context = context
         self.meter = door.meter if metered else None
         self.principal = ""
-        self.op, self.method, self.metered_as = GATED_STREAMS[method]
 
     async def admit(self, request: Any) -> int:
         """Raise Unauthenticated / PermissionDenied / OverQuota (nothing
         charged) or Unavailable (grants not vouched for); else the request's
         size for ``done``."""
         queue = request.queue
-        create = self.op == access.SEND and request.create
-        op, identity, refusal = self._judge(queue, create)
+        op, identity, refusal = self._judge(queue, request.create)
         if refusal is not None and self.door.barrier is not None:
             await self.door.barrier.vouch()  # a grant this view has not applied yet?
-            op, identity, refusal = self._judge(queue, create)
+            op, identity, refusal = self._judge(queue, request.create)
         if refusal is not None:
             name = identity.name if identity is not None else ""
             result = "denied" if identity is not None else "unauthenticated"
-            self.door._audit_line(name, op, self.method, queue, result, self.context)
+            self.door._audit_line(name, op, METHOD, queue, result, self.context)
             if self.door.meter is not None:
                 self.door.meter.rejected_auth(name, queue)
             metrics.count_rejection("auth")
@@ -117,21 +100,21 @@ class StreamGate:
         if self.meter is None:
             return 0
         REQUEST_BYTES.set(request.ByteSize())
-        return int(self.meter.before(identity.name, self.metered_as, request))
+        return int(self.meter.before(identity.name, _SEND, request))
 
     def done(self, request: Any, response: Any, size: int) -> None:
-        if self.meter is not None:  # counted here: the stream's serializer is not the meter's
-            self.meter.after(self.principal, self.metered_as, request, response, size, False)
+        if self.meter is not None:
+            self.meter.after(self.principal, _SEND, request, response, size)
 
     def _judge(
         self, queue: str, create: bool
     ) -> tuple[str, Identity | None, errors.QueueError | None]:
         """(operation checked, identity, refusal or None)."""
-        identity, refusal = self.door._judge(self.authorization, self.cert, self.op, queue)
+        identity, refusal = self.door._judge(self.authorization, self.cert, access.SEND, queue)
         # A Send that may create its queue is a manage operation too.
         if refusal is None and create and identity and not identity.allows(access.MANAGE, queue):
             return access.MANAGE, identity, _denied(identity, access.MANAGE, queue)
-        return self.op, identity, refusal
+        return access.SEND, identity, refusal
 
 
 def _denied(identity: Identity, op: str, queue: str) -> errors.QueueError:
@@ -154,73 +137,45 @@ def error_pb(exc: BaseException) -> Any:
     return queue_pb2.SendStreamError(code=code.value[0], details=details, trailers=pairs)
 
 
-class GatedStream:
-    """The loop of a stream the door gated (SendStream, ReceiveStream): each
-    request judged by the gate, handled as its unary call, answered in order
-    (a failure as data, the stream going on) and counted in the RPC metrics
-    as that unary call (its code, its time)."""
+class SendStreamServer:
+    """QueueService.SendStream's loop, over the unary Send's parts."""
 
-    name = ""  # the RPC, for the refusal of a stream the door did not admit
-    label = ""  # the unary call's RPC metrics label
-    answer_type: Any = None  # SendStreamResponse, ReceiveStreamResponse
-
-    def __init__(self, barrier: Any) -> None:
+    def __init__(self, autocreate: AutoCreate, sender: Sender, barrier: Any) -> None:
+        self.autocreate = autocreate
+        self.sender = sender
         self.barrier = barrier
-
-    async def handle(self, request: Any) -> Any:
-        """The unary call's response to ``request`` (judged and admitted)."""
-        raise NotImplementedError
 
     async def serve(self, requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
         gate = SEND_GATE.get()
         if gate is None:  # the door did not admit this stream
-            raise errors.Unauthenticated(f"{self.name}: the stream was not authenticated")
+            raise errors.Unauthenticated("SendStream: the stream was not authenticated")
         async for request in requests:
             yield await self.one(gate, request)
 
     async def one(self, gate: StreamGate, request: Any) -> Any:
+        """One request, counted as a unary Send in the RPC metrics (its code, its time)."""
+        _stage("s.intercept")  # a stream's request: no interceptors (stage_report)
         started = time.perf_counter()
+        _stage("s.handler")
         answer = await self._answer(gate, request)
         code = answer.error.code if answer.HasField("error") else 0
-        count_request(self.label, code, time.perf_counter() - started)
+        count_request(SEND_LABEL, code, time.perf_counter() - started)
+        _stage("s.reply")
         return answer
 
     async def _answer(self, gate: StreamGate, request: Any) -> Any:
         try:
             size = await gate.admit(request)
-            out = await self.handle(request)
+            q = await self.autocreate.queue_for_send(request, False)
+            results = await self.sender.send(q, send_entries(request), False, request.request_id)
+            out = sending.response(results, request.results_as_runs)
         except errors.NotFound as exc:  # from a view that may be behind: vouch first
             try:
                 why: BaseException = await self.barrier.vouch_miss(exc)
             except Exception as vouched:
                 why = vouched
-            return self.answer_type(error=error_pb(why))
+            return queue_pb2.SendStreamResponse(error=error_pb(why))
         except Exception as exc:
-            return self.answer_type(error=error_pb(exc))
+            return queue_pb2.SendStreamResponse(error=error_pb(exc))
         gate.done(request, out, size)
-        return self.answer_type(response=out)
-
-
-class SendStreamServer(GatedStream):
-    """QueueService.SendStream's loop, over the unary Send's parts."""
-
-    name = "SendStream"
-    label = SEND_LABEL
-    answer_type = queue_pb2.SendStreamResponse
-
-    def __init__(self, autocreate: AutoCreate, sender: Sender, barrier: Any) -> None:
-        super().__init__(barrier)
-        self.autocreate = autocreate
-        self.sender = sender
-
-    async def one(self, gate: StreamGate, request: Any) -> Any:
-        _stage("s.intercept")  # a stream's request: no interceptors (stage_report)
-        _stage("s.handler")
-        answer = await super().one(gate, request)
-        _stage("s.reply")
-        return answer
-
-    async def handle(self, request: Any) -> Any:
-        q = await self.autocreate.queue_for_send(request, False)
-        results = await self.sender.send(q, send_entries(request), False, request.request_id)
-        return sending.response(results, request.results_as_runs)
+        return queue_pb2.SendStreamResponse(response=out)

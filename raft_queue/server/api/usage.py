@@ -119,19 +119,7 @@ class Meter:
                 raise
         return nbytes
 
-    def after(
-        self,
-        principal: str,
-        method: str,
-        request: Any,
-        response: Any,
-        size: int,
-        wired: bool = True,
-    ) -> None:
-        """Count an answered call. ``wired``: the response leaves through this
-        meter's ``counting_serializer`` (a unary call), which counts its
-        serialized size; False (a request answered inside a stream): counted
-        here, with the response's size."""
+    def after(self, principal: str, method: str, request: Any, response: Any, size: int) -> None:
         op = METERED.get(method)
         if op == u.SEND:
             self.usage.count(principal, request.queue, op, message_count(request), size)
@@ -146,7 +134,7 @@ class Meter:
                 acked = len(request.ack) - len(response.acks.failed)
                 self.usage.count(principal, request.queue, u.ACK, acked, 0)
             messages = answered(response) if op == u.RECEIVE else len(response.messages)
-            if self.wired and wired:  # counted with its size once serialized
+            if self.wired:  # counted with its size once serialized
                 _ANSWER.set((principal, request.queue, op, messages))
             else:
                 self.usage.count(principal, request.queue, op, messages, response.ByteSize())

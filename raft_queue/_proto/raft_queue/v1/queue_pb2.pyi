@@ -551,14 +551,6 @@ class SendStreamResponse(_message.Message):
     error: SendStreamError
     def __init__(self, response: _Optional[_Union[SendResponse, _Mapping]] = ..., error: _Optional[_Union[SendStreamError, _Mapping]] = ...) -> None: ...
 
-class ReceiveStreamResponse(_message.Message):
-    __slots__ = ("response", "error")
-    RESPONSE_FIELD_NUMBER: _ClassVar[int]
-    ERROR_FIELD_NUMBER: _ClassVar[int]
-    response: ReceiveResponse
-    error: SendStreamError
-    def __init__(self, response: _Optional[_Union[ReceiveResponse, _Mapping]] = ..., error: _Optional[_Union[SendStreamError, _Mapping]] = ...) -> None: ...
-
 class ExportPartitionRequest(_message.Message):
     __slots__ = ("queue", "partition", "offset", "max_messages")
     QUEUE_FIELD_NUMBER: _ClassVar[int]

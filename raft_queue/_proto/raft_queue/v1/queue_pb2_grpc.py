@@ -129,11 +129,6 @@ class QueueServiceStub:
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SendRequest.SerializeToString,
                 response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SendStreamResponse.FromString,
                 _registered_method=True)
-        self.ReceiveStream = channel.stream_stream(
-                '/raft_queue.v1.QueueService/ReceiveStream',
-                request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ReceiveRequest.SerializeToString,
-                response_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ReceiveStreamResponse.FromString,
-                _registered_method=True)
         self.ExportDedup = channel.unary_unary(
                 '/raft_queue.v1.QueueService/ExportDedup',
                 request_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ExportDedupRequest.SerializeToString,
@@ -276,14 +271,6 @@ class QueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def ReceiveStream(self, request_iterator, context):
-        """Receive on one long-lived stream (issue 17): each request is a unary
-        Receive's, judged by the caller's grants of the moment; one answer each.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
     def ExportDedup(self, request, context):
         """A queue move carries dedup windows (docs/operations.md): one partition's
         live dedup entries (both kinds), paged, read on its leader; and seeding
@@ -412,11 +399,6 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     servicer.SendStream,
                     request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SendRequest.FromString,
                     response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SendStreamResponse.SerializeToString,
-            ),
-            'ReceiveStream': grpc.stream_stream_rpc_method_handler(
-                    servicer.ReceiveStream,
-                    request_deserializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ReceiveRequest.FromString,
-                    response_serializer=raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ReceiveStreamResponse.SerializeToString,
             ),
             'ExportDedup': grpc.unary_unary_rpc_method_handler(
                     servicer.ExportDedup,
@@ -952,33 +934,6 @@ class QueueService:
             '/raft_queue.v1.QueueService/SendStream',
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SendRequest.SerializeToString,
             raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.SendStreamResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def ReceiveStream(request_iterator,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.stream_stream(
-            request_iterator,
-            target,
-            '/raft_queue.v1.QueueService/ReceiveStream',
-            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ReceiveRequest.SerializeToString,
-            raft__queue_dot___proto_dot_raft__queue_dot_v1_dot_queue__pb2.ReceiveStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,
