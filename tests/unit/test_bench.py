@@ -9,7 +9,12 @@ machine (one send in flight: rate x median latency is about 1).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -161,3 +166,60 @@ def test_scaled_params_keep_workable_floors() -> None:
 def test_runs_interleave_workloads_and_leave_idle_for_last() -> None:
     order = _schedule(["W1", "idle", "W2"], 2)
     assert order == [(1, "W1"), (1, "W2"), (2, "W1"), (2, "W2"), (1, "idle"), (2, "idle")]
+
+
+class _ScriptedReceives(ThreadPoolExecutor):
+    """The adapter's receiver pool, each submitted Receive answered by the
+    next of ``script`` in submission order (so "the older one" is certain),
+    then by nothing."""
+
+    def __init__(self, script: list[Callable[[], list[Any]]]) -> None:
+        super().__init__(2)
+        self.script = deque(script)
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        return super().submit(self.script.popleft() if self.script else list)
+
+
+def test_peer_adapter_takes_the_receive_ahead_that_answers_first() -> None:
+    """The older Receive ahead long-polls an empty queue while the younger
+    one leased the last messages: consume returns those at once, it does not
+    wait out the older one's poll (W3's drain stalled 2 s that way)."""
+
+    class Msg:
+        def __init__(self, body: bytes) -> None:
+            self.body = body
+
+    class Acks:
+        def __init__(self) -> None:
+            self.acked: list[bytes] = []
+
+        def ack(self, queue: str, messages: list[Msg], wait: bool) -> list[Any]:
+            self.acked += [m.body for m in messages]
+            return []
+
+        def receive(self, *args: Any) -> list[Msg]:  # answered by the script instead
+            raise AssertionError("not called: _ScriptedReceives runs its script")
+
+    polling = threading.Event()
+
+    def empty_poll() -> list[Msg]:
+        polling.wait(10)
+        return []
+
+    adapter = RaftQueueAdapter("pb_w3", max_inflight=256, consumer_window=4, prefetch="2")
+    client = Acks()
+    adapter.client = client  # type: ignore[assignment]
+    receiver = _ScriptedReceives(
+        [lambda: [Msg(b"1"), Msg(b"2")], empty_poll, lambda: [Msg(b"3"), Msg(b"4")]]
+    )
+    adapter._receiver = receiver
+    try:
+        assert adapter.consume(2) == [b"1", b"2"]  # then Receives 2 (older) and 3 leave
+        started = time.monotonic()
+        assert adapter.consume(2) == [b"3", b"4"]
+        assert time.monotonic() - started < 5  # not held by the older Receive's poll
+        assert client.acked == [b"1", b"2", b"3", b"4"]
+    finally:
+        polling.set()
+        receiver.shutdown(wait=True)
